@@ -1,0 +1,71 @@
+# shoal: every set-up step lives here, so a fresh clone needs only `make serve` or `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+PYTEST := $(BIN)/python -m pytest
+
+.PHONY: serve test test-slow test-spark test-all lint typecheck check \
+        bench bench-wal bench-otlp bench-append bench-ingest bench-query bench-pipeline clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+BENCH_STAMP := $(STAMP)-bench
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,spark,bench]'
+	touch $(BENCH_STAMP)
+
+venv: $(STAMP)
+
+## Run the server on the embedded default (./shoal-data, loopback, no tokens).
+serve: $(STAMP)
+	$(BIN)/shoal serve
+
+## The default test suite (CI runs exactly this).
+test: $(STAMP)
+	$(BIN)/ruff check shoal tests loadtest
+	$(BIN)/mypy
+	$(PYTEST) -m "not slow and not spark"
+
+test-slow: $(STAMP)
+	$(PYTEST) -m slow
+
+test-spark: $(STAMP)
+	$(PYTEST) -m spark
+
+test-all: $(STAMP)
+	$(PYTEST)
+
+lint: $(STAMP)
+	$(BIN)/ruff check shoal tests loadtest
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+bench: bench-wal bench-otlp bench-append bench-ingest bench-query bench-pipeline
+
+bench-wal: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_wal
+
+bench-otlp: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_otlp
+
+bench-append: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_append
+
+bench-ingest: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest ingest --duration 300
+
+bench-query: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_query
+
+bench-pipeline: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_pipeline
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

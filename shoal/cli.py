@@ -1,0 +1,193 @@
+"""The ``shoal`` command line.
+
+This module only parses arguments; each command lives in ``shoal.commands``
+and is imported when it runs, so ``shoal wal verify`` never loads the server
+or Spark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from shoal import config as config_mod
+from shoal.errors import ShoalError
+
+# command path -> (module in shoal.commands, function)
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("serve", "run"),
+    "sql": ("sql", "run"),
+    "token create": ("token", "create"),
+    "token list": ("token", "list_tokens"),
+    "token revoke": ("token", "revoke"),
+    "import": ("import_", "run"),
+    "wal verify": ("wal", "verify"),
+    "table history": ("table", "history"),
+    "table coverage": ("table", "coverage"),
+    "compact": ("maintenance", "compact"),
+    "retention": ("maintenance", "retention"),
+    "rollup": ("maintenance", "rollup"),
+    "vacuum": ("maintenance", "vacuum"),
+}
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML config file (settings as keys)")
+    p.add_argument("--data-dir", dest="data_dir", help="data directory (SHOAL_DATA_DIR)")
+
+
+def _add_spark(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--master", help="Spark master URL (default: spark_master, local[*])")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shoal",
+        description="Single-process observability backend: OTLP in, SQL out.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("serve", help="run the server (OTLP/HTTP 4318, OTLP/gRPC 4317, SQL)")
+    _add_common(p)
+    p.add_argument("--bind", help="listen address (SHOAL_BIND)")
+    p.add_argument("--http-port", dest="http_port", type=int, help="SHOAL_HTTP_PORT")
+    p.add_argument("--grpc-port", dest="grpc_port", type=int, help="SHOAL_GRPC_PORT")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="allow a non-loopback bind with no tokens configured",
+    )
+    p.set_defaults(command_path="serve")
+
+    p = sub.add_parser("sql", help="run a SQL query and print the result")
+    _add_common(p)
+    p.add_argument("query", help="SQL text, or - to read it from standard input")
+    p.add_argument("--url", help="server URL (SHOAL_URL); ignored with --local")
+    p.add_argument("--token", help="bearer token (SHOAL_TOKEN)")
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="read the data dir directly (read-only, committed Parquet only)",
+    )
+    p.add_argument("--tenant", default="default", help="tenant for --local")
+    p.add_argument(
+        "--format",
+        choices=["table", "json", "csv", "ndjson"],
+        default="table",
+        help="output format",
+    )
+    p.set_defaults(command_path="sql")
+
+    token = sub.add_parser("token", help="manage bearer tokens").add_subparsers(
+        dest="token_command", required=True, metavar="ACTION"
+    )
+    p = token.add_parser("create", help="create a token and print it once")
+    _add_common(p)
+    p.add_argument("--tenant", required=True)
+    p.add_argument(
+        "--role",
+        default="ingest,query",
+        help="comma-separated roles: ingest, query, admin (default ingest,query)",
+    )
+    p.add_argument("--name", default="", help="a label to recognise the token by")
+    p.set_defaults(command_path="token create")
+    p = token.add_parser("list", help="list tokens (never their secrets)")
+    _add_common(p)
+    p.set_defaults(command_path="token list")
+    p = token.add_parser("revoke", help="revoke a token by id")
+    _add_common(p)
+    p.add_argument("token_id")
+    p.set_defaults(command_path="token revoke")
+
+    p = sub.add_parser("import", help="append Parquet files to a table (backfill)")
+    _add_common(p)
+    _add_spark(p)
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--table", required=True)
+    p.add_argument("--time-column", dest="time_column", default=None)
+    p.add_argument(
+        "--allow-overlap",
+        dest="allow_overlap",
+        action="store_true",
+        help="accept files whose time buckets the table already covers",
+    )
+    p.add_argument("--engine", choices=["local", "spark"], default="local")
+    p.set_defaults(command_path="import")
+
+    wal = sub.add_parser("wal", help="write-ahead log tools").add_subparsers(
+        dest="wal_command", required=True, metavar="ACTION"
+    )
+    p = wal.add_parser("verify", help="check every WAL segment; exit 1 if any is damaged")
+    p.add_argument("directory", help="a WAL directory (shoal-data/wal) or a data dir")
+    p.set_defaults(command_path="wal verify")
+
+    table = sub.add_parser("table", help="table tools").add_subparsers(
+        dest="table_command", required=True, metavar="ACTION"
+    )
+    p = table.add_parser("history", help="list a table's versions")
+    _add_common(p)
+    p.add_argument("--tenant", default="default")
+    p.add_argument("--table", required=True)
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(command_path="table history")
+    p = table.add_parser("coverage", help="covered time buckets and gaps, from metadata")
+    _add_common(p)
+    p.add_argument("--tenant", default="default")
+    p.add_argument("--table", required=True)
+    p.add_argument("--start", required=True, help="ISO 8601 time")
+    p.add_argument("--end", required=True, help="ISO 8601 time")
+    p.add_argument("--series", default=None)
+    p.set_defaults(command_path="table coverage")
+
+    for name, helptext in (
+        ("compact", "merge small files per hour (Spark)"),
+        ("retention", "drop partitions past the retention (Spark)"),
+        ("rollup", "downsample metrics into metrics_1m and metrics_1h (Spark)"),
+        ("vacuum", "delete files removed from tables longer ago than the vacuum window"),
+    ):
+        p = sub.add_parser(name, help=helptext)
+        _add_common(p)
+        _add_spark(p)
+        p.add_argument("--tenant", default=None, help="one tenant (default: all)")
+        p.add_argument("--table", default=None, help="one table (default: all that apply)")
+        if name == "compact":
+            p.add_argument("--since", default=None, help="ISO 8601; first hour to compact")
+            p.add_argument("--until", default=None, help="ISO 8601; hour to stop before")
+        p.set_defaults(command_path=name)
+    return parser
+
+
+def load_config(args: argparse.Namespace) -> config_mod.Config:
+    """Resolve settings for a command: defaults < --config < SHOAL_* < flags."""
+    flag_names = [s.name for s in config_mod.SETTINGS]
+    overrides = {name: getattr(args, name, None) for name in flag_names}
+    return config_mod.load(getattr(args, "config", None), overrides=overrides)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    module_name, func_name = _COMMANDS[args.command_path]
+    module = importlib.import_module(f"shoal.commands.{module_name}")
+    try:
+        result: int = getattr(module, func_name)(args)
+    except ShoalError as exc:
+        print(f"shoal: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,354 @@
+"""Every shoal setting in one table.
+
+Each setting has a name, a type, a default and a help text. It is read, in
+increasing order of precedence, from its default, the TOML config file
+(``shoal serve --config shoal.toml``, key = setting name), the environment
+(``SHOAL_<NAME>``), and explicit overrides (command-line flags). Values are
+converted to their type on load and a bad value fails loudly with
+:class:`~shoal.errors.ConfigError`, naming the setting and where it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from shoal.errors import ConfigError
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"expected true/false, got {raw!r}")
+
+
+def _parse_size(raw: str) -> int:
+    """Parse ``1048576``, ``64MiB``, ``512KiB``, ``1GiB`` (binary units)."""
+    text = raw.strip()
+    units = {"gib": 1024 * MiB, "mib": MiB, "kib": KiB, "b": 1}
+    lowered = text.lower()
+    for suffix, factor in units.items():
+        if lowered.endswith(suffix):
+            number = lowered[: -len(suffix)].strip()
+            value = int(float(number) * factor)
+            break
+    else:
+        value = int(text)
+    if value < 0:
+        raise ValueError(f"size must not be negative, got {raw!r}")
+    return value
+
+
+def _parse_positive_int(raw: str) -> int:
+    value = int(raw)
+    if value <= 0:
+        raise ValueError(f"must be a positive integer, got {raw!r}")
+    return value
+
+
+def _parse_positive_float(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise ValueError(f"must be a positive number, got {raw!r}")
+    return value
+
+
+def _parse_port(raw: str) -> int:
+    value = int(raw)
+    if not 0 <= value <= 65535:
+        raise ValueError(f"port must be in 0..65535, got {raw!r}")
+    return value
+
+
+def _parse_fsync(raw: str) -> str:
+    text = raw.strip().lower()
+    if text in {"always", "never"}:
+        return text
+    if text.startswith("interval:"):
+        ms = int(text.split(":", 1)[1])
+        if ms <= 0:
+            raise ValueError("interval must be a positive number of milliseconds")
+        return f"interval:{ms}"
+    raise ValueError(f"expected always, never or interval:<ms>, got {raw!r}")
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        text = raw.strip().lower()
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
+        return text
+
+    return parse
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    parse: Callable[[str], Any]
+    help: str
+
+    @property
+    def env_var(self) -> str:
+        return "SHOAL_" + self.name.upper()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    # -- process and network
+    Setting("data_dir", "./shoal-data", str, "Directory holding the WAL, tables and tokens."),
+    Setting("bind", "127.0.0.1", str, "Address the HTTP and gRPC listeners bind to."),
+    Setting("http_port", 4318, _parse_port, "OTLP/HTTP, SQL and admin port."),
+    Setting("grpc_port", 4317, _parse_port, "OTLP/gRPC port."),
+    Setting(
+        "insecure",
+        False,
+        _parse_bool,
+        "Allow binding a non-loopback address with no tokens configured.",
+    ),
+    Setting("log_level", "info", _choice("debug", "info", "warning", "error"), "Log level."),
+    Setting(
+        "shutdown_timeout_s",
+        30.0,
+        _parse_positive_float,
+        "Seconds SIGTERM waits for the queue to drain and the final flush.",
+    ),
+    # -- write-ahead log
+    Setting(
+        "wal_fsync",
+        "always",
+        _parse_fsync,
+        "WAL fsync policy: always (group commit), interval:<ms>, or never "
+        "(never loses recent data on power loss).",
+    ),
+    Setting("wal_segment_bytes", 64 * MiB, _parse_size, "WAL segment rotation size."),
+    Setting(
+        "wal_max_record_bytes",
+        128 * MiB,
+        _parse_size,
+        "Largest WAL record accepted; a larger length on disk is corruption.",
+    ),
+    Setting(
+        "wal_corruption_policy",
+        "skip-segment",
+        _choice("skip-segment", "stop"),
+        "What replay does after mid-log corruption: skip-segment keeps the valid prefix "
+        "of the damaged segment and continues with the next segment; stop replays nothing "
+        "after the damage.",
+    ),
+    # -- ingest
+    Setting(
+        "max_body_bytes",
+        20 * MiB,
+        _parse_size,
+        "Largest OTLP/HTTP body, checked before and after decompression.",
+    ),
+    Setting("grpc_max_message_bytes", 4 * MiB, _parse_size, "Largest OTLP/gRPC message."),
+    Setting(
+        "queue_max_requests",
+        256,
+        _parse_positive_int,
+        "Ingest queue bound in requests; beyond it ingest answers 429 / UNAVAILABLE.",
+    ),
+    Setting(
+        "queue_max_bytes",
+        128 * MiB,
+        _parse_size,
+        "Ingest queue bound in bytes of decoded data.",
+    ),
+    Setting("retry_after_s", 1, _parse_positive_int, "Retry-After sent with 429/503."),
+    # -- flusher and storage
+    Setting(
+        "flush_max_bytes",
+        64 * MiB,
+        _parse_size,
+        "Flush the in-memory snapshot to Parquet when it holds this many bytes.",
+    ),
+    Setting(
+        "flush_max_age_s",
+        60.0,
+        _parse_positive_float,
+        "Flush the in-memory snapshot when its oldest record is this old.",
+    ),
+    Setting(
+        "coverage_bucket_s",
+        60,
+        _parse_positive_int,
+        "Width in seconds of a coverage bucket (roaring bitmaps of covered time).",
+    ),
+    Setting(
+        "checkpoint_interval",
+        100,
+        _parse_positive_int,
+        "Write a Delta checkpoint every this many commits.",
+    ),
+    # -- query
+    Setting(
+        "query_memory_bytes",
+        256 * MiB,
+        _parse_size,
+        "Memory pool per query (fair spill pool).",
+    ),
+    Setting(
+        "query_timeout_s",
+        30.0,
+        _parse_positive_float,
+        "Time limit per query, planning included.",
+    ),
+    Setting(
+        "query_max_sql_bytes",
+        64 * KiB,
+        _parse_size,
+        "Largest SQL text accepted.",
+    ),
+    Setting(
+        "query_max_concurrency",
+        4,
+        _parse_positive_int,
+        "Queries executing at once; more wait, then fail with a clear message.",
+    ),
+    Setting(
+        "query_max_rows",
+        100_000,
+        _parse_positive_int,
+        "Most rows one query returns; beyond it the answer says the cap was hit.",
+    ),
+    # -- maintenance (Spark pipeline)
+    Setting(
+        "retention_days",
+        30,
+        _parse_positive_int,
+        "Days of data kept per table; override per table with retention_days_<table>.",
+    ),
+    Setting(
+        "vacuum_retention_hours",
+        24.0,
+        _parse_positive_float,
+        "Files removed from a table are deleted this long after removal.",
+    ),
+    Setting("spark_master", "local[*]", str, "Spark master URL for maintenance jobs."),
+    Setting(
+        "spark_driver_memory",
+        "1g",
+        str,
+        "Spark driver memory (local mode runs executors inside the driver).",
+    ),
+    # -- CLI client
+    Setting(
+        "url",
+        "http://127.0.0.1:4318",
+        str,
+        "Server URL used by `shoal sql` and other client commands.",
+    ),
+    Setting("token", "", str, "Bearer token used by client commands."),
+)
+
+SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Resolved settings. Attribute access by setting name: ``config.http_port``."""
+
+    values: Mapping[str, Any]
+    sources: Mapping[str, str]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.values["data_dir"])
+
+    def replace(self, **overrides: Any) -> Config:
+        """A copy with settings overridden by already-typed values (used by tests)."""
+        unknown = set(overrides) - set(SETTINGS_BY_NAME)
+        if unknown:
+            raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        values = dict(self.values)
+        values.update(overrides)
+        sources = dict(self.sources)
+        sources.update({k: "override" for k in overrides})
+        return Config(values, sources)
+
+
+def _convert(setting: Setting, raw: Any, source: str) -> Any:
+    if isinstance(raw, bool) and setting.parse is _parse_bool:
+        return raw
+    text = str(raw).lower() if isinstance(raw, bool) else str(raw)
+    try:
+        return setting.parse(text)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"invalid value for {setting.name} (from {source}): {exc}") from None
+
+
+def load(
+    config_file: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Resolve every setting: default < config file < SHOAL_* env < overrides."""
+    environ = os.environ if env is None else env
+    file_values: dict[str, Any] = {}
+    if config_file is not None:
+        path = Path(config_file)
+        try:
+            with path.open("rb") as fh:
+                file_values = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    extra_file_keys = {
+        k for k in file_values if k not in SETTINGS_BY_NAME and not k.startswith("retention_days_")
+    }
+    if extra_file_keys:
+        raise ConfigError(
+            f"unknown setting(s) in {config_file}: {', '.join(sorted(extra_file_keys))}"
+        )
+
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for setting in SETTINGS:
+        value, source = setting.default, "default"
+        if setting.name in file_values:
+            source = f"{config_file}"
+            value = _convert(setting, file_values[setting.name], source)
+        if setting.env_var in environ:
+            source = f"${setting.env_var}"
+            value = _convert(setting, environ[setting.env_var], source)
+        if overrides and overrides.get(setting.name) is not None:
+            source = "command line"
+            value = _convert(setting, overrides[setting.name], source)
+        values[setting.name] = value
+        sources[setting.name] = source
+
+    # Per-table retention overrides: retention_days_<table> from file or env.
+    for key, raw in file_values.items():
+        if key.startswith("retention_days_"):
+            values[key] = _convert(SETTINGS_BY_NAME["retention_days"], raw, str(config_file))
+            sources[key] = str(config_file)
+    for key, raw in environ.items():
+        if key.startswith("SHOAL_RETENTION_DAYS_"):
+            name = key[len("SHOAL_") :].lower()
+            values[name] = _convert(SETTINGS_BY_NAME["retention_days"], raw, f"${key}")
+            sources[name] = f"${key}"
+    return Config(values, sources)
+
+
+def default() -> Config:
+    """Every setting at its default (ignores the environment)."""
+    return load(env={})

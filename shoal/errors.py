@@ -1,0 +1,154 @@
+"""shoal's exceptions: one root, shallow subclasses that carry data.
+
+Only ``shoal.api`` turns these into HTTP or gRPC statuses.
+"""
+
+from __future__ import annotations
+
+
+class ShoalError(Exception):
+    """Root of every error shoal raises on purpose."""
+
+
+class ConfigError(ShoalError):
+    """A setting has a bad value, or the config file is unreadable."""
+
+
+# -- write-ahead log ---------------------------------------------------------
+
+
+class WalError(ShoalError):
+    """Base of WAL errors."""
+
+
+class WalFatalError(WalError):
+    """The WAL can no longer guarantee durability (for example a failed fsync).
+
+    The writer fails every pending append and refuses new ones; the process
+    must exit and replay on restart.
+    """
+
+
+class WalAppendError(WalError):
+    """One append failed (short write, ENOSPC) and was not acknowledged.
+
+    The log stays usable: the partial frame reads as a torn tail on replay.
+    """
+
+
+class WalClosedError(WalError):
+    """Append after the WAL was closed or shut down."""
+
+
+class WalCorruptionError(WalError):
+    """A WAL segment holds damaged data.
+
+    ``segment`` names the file, ``offset`` the byte where the damage starts and
+    ``reason`` says what was wrong.
+    """
+
+    def __init__(self, segment: str, offset: int, reason: str) -> None:
+        super().__init__(f"{segment}: corrupt at byte {offset}: {reason}")
+        self.segment = segment
+        self.offset = offset
+        self.reason = reason
+
+
+class RecordTooLargeError(WalError):
+    """A record exceeds the configured maximum record size."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"record of {size} bytes exceeds the WAL record limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+# -- OTLP decoding -------------------------------------------------------------
+
+
+class DecodeError(ShoalError):
+    """An OTLP request is malformed as a whole (not one bad point).
+
+    The message is meant for the user: it says what was wrong and where.
+    """
+
+
+# -- storage -------------------------------------------------------------------
+
+
+class StorageError(ShoalError):
+    """Base of table-storage errors."""
+
+
+class CommitConflictError(StorageError):
+    """Another writer committed first: refresh the table and retry the commit."""
+
+    def __init__(self, table: str, version: int, detail: str = "") -> None:
+        msg = f"{table}: concurrent commit at version {version}; refresh and retry"
+        if detail:
+            msg += f" ({detail})"
+        super().__init__(msg)
+        self.table = table
+        self.version = version
+
+
+class SchemaMismatchError(StorageError):
+    """Data does not match a table's schema; ``differences`` lists each problem."""
+
+    def __init__(self, table: str, differences: list[str]) -> None:
+        super().__init__(f"{table}: schema mismatch: " + "; ".join(differences))
+        self.table = table
+        self.differences = differences
+
+
+class CoverageOverlapError(StorageError):
+    """An import overlaps time buckets the table already holds.
+
+    ``ranges`` lists the overlapping ``(start, end)`` intervals as ISO 8601 text.
+    """
+
+    def __init__(self, table: str, ranges: list[tuple[str, str]]) -> None:
+        shown = ", ".join(f"{a} .. {b}" for a, b in ranges[:10])
+        more = f" and {len(ranges) - 10} more" if len(ranges) > 10 else ""
+        super().__init__(f"{table}: import overlaps existing data in {shown}{more}")
+        self.table = table
+        self.ranges = ranges
+
+
+class TableNotFoundError(StorageError):
+    """No such table for this tenant."""
+
+
+# -- query ---------------------------------------------------------------------
+
+
+class QueryError(ShoalError):
+    """A query failed because of the query itself (bad SQL, forbidden statement)."""
+
+
+class QueryLimitError(QueryError):
+    """A query hit a resource limit; ``limit`` names it (memory, time, rows, size)."""
+
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+# -- auth and ingest -----------------------------------------------------------
+
+
+class AuthError(ShoalError):
+    """Missing, unknown or insufficient credentials."""
+
+
+class OverloadedError(ShoalError):
+    """The ingest queue is full; the client should retry after ``retry_after_s``."""
+
+    def __init__(self, reason: str, retry_after_s: float) -> None:
+        super().__init__(f"ingest queue full ({reason}); retry after {retry_after_s:g}s")
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+class ShuttingDownError(ShoalError):
+    """The server is stopping and accepts no new work."""

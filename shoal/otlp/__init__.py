@@ -1,0 +1,1 @@
+"""shoal.otlp: OTLP requests to Arrow tables with frozen schemas."""
