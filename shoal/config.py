@@ -352,3 +352,19 @@ def load(
 def default() -> Config:
     """Every setting at its default (ignores the environment)."""
     return load(env={})
+
+
+def markdown_table() -> str:
+    """The settings as a Markdown table (docs/configuration.md embeds it)."""
+    lines = [
+        "| setting | env var | default | what it does |",
+        "|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        default = "(empty)" if s.default == "" else f"`{s.default}`"
+        lines.append(f"| `{s.name}` | `{s.env_var}` | {default} | {s.help} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")

@@ -1,0 +1,67 @@
+"""Layer rules of docs/architecture.md, checked on the source."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "shoal"
+WEB = {"fastapi", "starlette", "grpc", "uvicorn", "prometheus_client"}
+CORE = ("wal", "otlp", "storage")
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def _modules(sub: str | None = None) -> list[Path]:
+    base = PKG / sub if sub else PKG
+    return sorted(base.rglob("*.py"))
+
+
+@pytest.mark.parametrize("layer", CORE)
+def test_core_layers_import_no_web_or_metrics_framework(layer: str) -> None:
+    for path in _modules(layer):
+        bad = {m for m in _imports(path) if m.split(".")[0] in WEB}
+        assert not bad, f"{path.relative_to(PKG)} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize(
+    ("layer", "forbidden"),
+    [
+        ("wal", {"shoal.otlp", "shoal.storage", "shoal.query", "shoal.api", "shoal.server"}),
+        ("otlp", {"shoal.wal", "shoal.storage", "shoal.query", "shoal.api", "shoal.server"}),
+        ("storage", {"shoal.wal", "shoal.query", "shoal.api", "shoal.server"}),
+        ("query", {"shoal.api", "shoal.server", "shoal.pipeline"}),
+        ("api", {"shoal.server", "shoal.pipeline"}),
+    ],
+)
+def test_dependencies_point_one_way(layer: str, forbidden: set[str]) -> None:
+    for path in _modules(layer):
+        bad = {
+            m for m in _imports(path) if any(m == f or m.startswith(f + ".") for f in forbidden)
+        }
+        assert not bad, f"{path.relative_to(PKG)} imports {sorted(bad)}"
+
+
+def test_only_the_pipeline_imports_pyspark() -> None:
+    for path in _modules():
+        if path.is_relative_to(PKG / "pipeline"):
+            continue
+        bad = {m for m in _imports(path) if m.split(".")[0] == "pyspark"}
+        assert not bad, f"{path.relative_to(PKG)} imports pyspark"
+
+
+def test_layer_rules_are_not_vacuous() -> None:
+    # The checks above must be looking at real code.
+    assert len(_modules("wal")) > 1
+    assert any("pyarrow" in _imports(p) for p in _modules("otlp"))
