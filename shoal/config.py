@@ -236,6 +236,18 @@ SETTINGS: tuple[Setting, ...] = (
         _parse_positive_float,
         "Files removed from a table are deleted this long after removal.",
     ),
+    Setting(
+        "compact_target_file_bytes",
+        128 * MiB,
+        _parse_size,
+        "File size compaction aims for; files under half of it count as small.",
+    ),
+    Setting(
+        "maintenance_commit_attempts",
+        5,
+        _parse_positive_int,
+        "Times a maintenance job re-reads the table and retries after a commit conflict.",
+    ),
     Setting("spark_master", "local[*]", str, "Spark master URL for maintenance jobs."),
     Setting(
         "spark_driver_memory",

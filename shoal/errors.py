@@ -119,6 +119,29 @@ class TableNotFoundError(StorageError):
     """No such table for this tenant."""
 
 
+# -- maintenance jobs (Spark pipeline) --------------------------------------------
+
+
+class MaintenanceError(ShoalError):
+    """A maintenance job (compact, retention, rollup, backfill, vacuum) could not finish."""
+
+
+class JobConflictError(MaintenanceError):
+    """A job lost the commit race ``attempts`` times in a row and gave up.
+
+    Nothing it wrote was committed; the table is unchanged by it. Run it again later.
+    """
+
+    def __init__(self, job: str, table: str, attempts: int) -> None:
+        super().__init__(
+            f"{job} on {table}: concurrent commits conflicted {attempts} times; "
+            "nothing was changed, run the job again later"
+        )
+        self.job = job
+        self.table = table
+        self.attempts = attempts
+
+
 # -- query ---------------------------------------------------------------------
 
 
@@ -139,6 +162,26 @@ class QueryLimitError(QueryError):
 
 class AuthError(ShoalError):
     """Missing, unknown or insufficient credentials."""
+
+
+class PermissionDeniedError(AuthError):
+    """A valid token that lacks the role an operation needs."""
+
+
+class PayloadTooLargeError(ShoalError):
+    """A request body exceeds ``limit`` bytes (before or after decompression)."""
+
+    def __init__(self, limit: int, what: str = "request body") -> None:
+        super().__init__(f"{what} exceeds the limit of {limit} bytes")
+        self.limit = limit
+
+
+class UnsupportedMediaTypeError(ShoalError):
+    """A request's content type or content encoding is not one shoal accepts."""
+
+
+class NotReadyError(ShoalError):
+    """The server is still starting (replaying the WAL) and accepts no ingest yet."""
 
 
 class OverloadedError(ShoalError):

@@ -1,1 +1,11 @@
-"""shoal.otlp: OTLP requests to Arrow tables with frozen schemas."""
+"""shoal.otlp: OTLP requests to Arrow tables with frozen schemas.
+
+``decode(signal, body, json=False) -> DecodeResult`` is the whole interface;
+``shoal.otlp.schema`` holds the schemas and ``shoal.otlp.anyvalue`` the
+text encoding of attribute values.
+"""
+
+from shoal.otlp.common import DecodeResult
+from shoal.otlp.decode import SIGNALS, decode
+
+__all__ = ["SIGNALS", "DecodeResult", "decode"]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
+
+import pyarrow as pa
 
 WAL_APP_ID = "shoal-wal"
 """Delta transaction app id under which flushes record the WAL LSN they cover."""
@@ -33,6 +36,13 @@ class TableSnapshot:
     version: int
     committed_lsn: int
     files: tuple[ScanFile, ...]
+    schema: pa.Schema | None = None
+    """The table's Arrow schema (for metrics/logs/spans exactly the frozen schema)."""
+    time_column: str = "timestamp"
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
 
     def files_between(self, start_us: int | None, end_us: int | None) -> list[ScanFile]:
         """Files that can hold rows with ``start_us <= time < end_us``."""
@@ -52,3 +62,54 @@ class CommitResult:
     files_added: int
     rows_added: int
     files_removed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryEntry:
+    """One version of a table, as ``shoal table history`` lists it."""
+
+    version: int
+    timestamp: datetime.datetime
+    operation: str
+    rows_added: int | None
+    rows_removed: int | None
+    files_added: int | None
+    files_removed: int | None
+    wal_lsn: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CoverageResult:
+    """Which buckets of ``[start, end)`` hold data (``covered``) and which do not (``gaps``).
+
+    Ranges are ``(start, end)`` pairs on bucket boundaries, clipped to the
+    asked range; ``series`` is the series asked about, or None for the table.
+    """
+
+    start: datetime.datetime
+    end: datetime.datetime
+    bucket_s: int
+    series: str | None
+    covered_buckets: int
+    total_buckets: int
+    covered: tuple[tuple[datetime.datetime, datetime.datetime], ...]
+    gaps: tuple[tuple[datetime.datetime, datetime.datetime], ...]
+
+    @property
+    def complete(self) -> bool:
+        return self.covered_buckets == self.total_buckets
+
+
+@dataclasses.dataclass(frozen=True)
+class NewFile:
+    """A Parquet file already written inside the table directory, to be added by a commit.
+
+    ``path`` is relative to the table root (``hour=.../part-....parquet``).
+    ``stats`` is the Delta stats JSON (``shoal.storage.layout.stats_for_file``
+    makes it); when None, the commit computes it from the file. The commit
+    also writes the file's coverage if it is missing.
+    """
+
+    path: str
+    size: int | None = None
+    stats: str | None = None

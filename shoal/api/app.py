@@ -1,0 +1,94 @@
+"""The FastAPI application: OTLP/HTTP, health, self-metrics and (when present) SQL.
+
+The app is built from plain objects the server hands in (:class:`AppServices`);
+it knows nothing of the WAL, the snapshot or Prometheus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from shoal.api import otlp_http
+from shoal.api.auth import Authenticator
+from shoal.api.ingest import IngestHandler
+from shoal.api.status import classify
+from shoal.errors import QueryError, ShoalError, TableNotFoundError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class AppServices:
+    """Everything the routes need, provided by the server (or a test)."""
+
+    authenticator: Authenticator
+    ingest: IngestHandler
+    is_ready: Callable[[], bool]
+    metrics_exposition: Callable[[], tuple[bytes, str]]
+    max_body_bytes: int
+    retry_after_s: float
+    query_service: Any = None
+
+
+def _error_status(exc: ShoalError, retry_after_s: float) -> int:
+    if isinstance(exc, TableNotFoundError):
+        return 404
+    if isinstance(exc, QueryError):
+        return 400
+    return classify(exc, retry_after_s).http
+
+
+def create_app(services: AppServices) -> FastAPI:
+    app = FastAPI(
+        title="shoal",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.authenticator = services.authenticator
+    app.state.ingest = services.ingest
+    app.state.max_body_bytes = services.max_body_bytes
+    app.state.retry_after_s = services.retry_after_s
+    app.state.query_service = services.query_service
+    app.include_router(otlp_http.router)
+
+    @app.exception_handler(ShoalError)
+    async def shoal_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ShoalError)
+        status = _error_status(exc, services.retry_after_s)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        if status >= 500:
+            logger.error("%s %s failed: %s", request.method, request.url.path, exc)
+        return JSONResponse({"error": str(exc)}, status_code=status, headers=headers)
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> Response:
+        return PlainTextResponse("ok\n")
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> Response:
+        if services.is_ready():
+            return PlainTextResponse("ready\n")
+        return PlainTextResponse("not ready\n", status_code=503)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        body, content_type = services.metrics_exposition()
+        return Response(body, media_type=content_type)
+
+    try:
+        sql = importlib.import_module("shoal.api.sql")
+    except ModuleNotFoundError as exc:
+        if exc.name != "shoal.api.sql":
+            raise
+        logger.debug("shoal.api.sql not present; SQL endpoint disabled")
+    else:
+        app.include_router(sql.router)
+    return app

@@ -1,0 +1,109 @@
+"""shoal errors as HTTP and gRPC statuses (the only place this mapping lives).
+
+The OTLP specification decides the codes: malformed data is 400 /
+INVALID_ARGUMENT (not retryable); a full queue is 429 with ``Retry-After`` /
+UNAVAILABLE with ``RetryInfo`` (retryable: a bare RESOURCE_EXHAUSTED makes the
+Collector drop the batch); a server that cannot take data right now (starting,
+stopping, WAL out of space) is 503 / UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import grpc
+from google.protobuf import duration_pb2, json_format
+from google.rpc import error_details_pb2, status_pb2
+
+from shoal.errors import (
+    AuthError,
+    DecodeError,
+    NotReadyError,
+    OverloadedError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    RecordTooLargeError,
+    ShoalError,
+    ShuttingDownError,
+    UnsupportedMediaTypeError,
+    WalError,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorStatus:
+    """How one error is answered on both protocols."""
+
+    http: int
+    grpc: grpc.StatusCode
+    reason: str
+    retry_after_s: float | None = None
+
+
+def classify(exc: BaseException, retry_after_s: float = 1.0) -> ErrorStatus:
+    """The status for an exception. Unknown exceptions are 500 / INTERNAL."""
+    if isinstance(exc, OverloadedError):
+        return ErrorStatus(429, grpc.StatusCode.UNAVAILABLE, "queue_full", exc.retry_after_s)
+    if isinstance(exc, DecodeError):
+        return ErrorStatus(400, grpc.StatusCode.INVALID_ARGUMENT, "malformed")
+    if isinstance(exc, PayloadTooLargeError | RecordTooLargeError):
+        return ErrorStatus(413, grpc.StatusCode.INVALID_ARGUMENT, "too_large")
+    if isinstance(exc, UnsupportedMediaTypeError):
+        return ErrorStatus(415, grpc.StatusCode.INVALID_ARGUMENT, "unsupported_media_type")
+    if isinstance(exc, PermissionDeniedError):
+        return ErrorStatus(403, grpc.StatusCode.PERMISSION_DENIED, "forbidden")
+    if isinstance(exc, AuthError):
+        return ErrorStatus(401, grpc.StatusCode.UNAUTHENTICATED, "unauthenticated")
+    if isinstance(exc, NotReadyError):
+        return ErrorStatus(503, grpc.StatusCode.UNAVAILABLE, "not_ready", retry_after_s)
+    if isinstance(exc, ShuttingDownError):
+        return ErrorStatus(503, grpc.StatusCode.UNAVAILABLE, "shutting_down", retry_after_s)
+    if isinstance(exc, WalError):
+        return ErrorStatus(503, grpc.StatusCode.UNAVAILABLE, "wal_unavailable", retry_after_s)
+    if isinstance(exc, ShoalError):
+        return ErrorStatus(500, grpc.StatusCode.INTERNAL, "error")
+    return ErrorStatus(500, grpc.StatusCode.INTERNAL, "internal")
+
+
+def rpc_status(
+    code: grpc.StatusCode, message: str, retry_after_s: float | None
+) -> status_pb2.Status:
+    """A ``google.rpc.Status`` with a ``RetryInfo`` detail when a retry delay applies."""
+    status = status_pb2.Status(code=code.value[0], message=message)
+    if retry_after_s is not None:
+        info = error_details_pb2.RetryInfo(
+            retry_delay=duration_pb2.Duration(
+                seconds=int(retry_after_s), nanos=int((retry_after_s % 1) * 1e9)
+            )
+        )
+        status.details.add().Pack(info)
+    return status
+
+
+def http_error_body(status: ErrorStatus, message: str, json: bool) -> tuple[bytes, dict[str, str]]:
+    """The body and extra headers of an HTTP error answer to an OTLP request."""
+    rpc = rpc_status(status.grpc, message, status.retry_after_s)
+    headers: dict[str, str] = {}
+    if status.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, round(status.retry_after_s)))
+    if json:
+        return json_format.MessageToJson(rpc, indent=None).encode("utf-8"), headers
+    return rpc.SerializeToString(), headers
+
+
+def grpc_trailing_metadata(status: ErrorStatus, message: str) -> tuple[tuple[str, bytes], ...]:
+    """Trailers carrying the RetryInfo of a retryable error.
+
+    ``grpc-status-details-bin`` holds the ``google.rpc.Status`` with a RetryInfo
+    detail (what the Collector's exporter reads); ``google.rpc.retryinfo-bin``
+    holds the bare RetryInfo (what the OpenTelemetry Python exporter reads).
+    """
+    if status.retry_after_s is None:
+        return ()
+    rpc = rpc_status(status.grpc, message, status.retry_after_s)
+    info = error_details_pb2.RetryInfo()
+    rpc.details[0].Unpack(info)
+    return (
+        ("grpc-status-details-bin", rpc.SerializeToString()),
+        ("google.rpc.retryinfo-bin", info.SerializeToString()),
+    )

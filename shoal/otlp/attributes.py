@@ -1,0 +1,113 @@
+"""Lists of serialized OTLP ``KeyValue`` slices to attribute map columns.
+
+Each distinct ``KeyValue`` slice of a request is decoded once with upb and
+rendered by :mod:`shoal.otlp.anyvalue`; the rows are then assembled with Arrow
+``take`` and list offsets. Decoded entries are also kept in a bounded
+process-wide cache keyed by the slice bytes, since attribute sets repeat from
+request to request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from google.protobuf.message import DecodeError as ProtoDecodeError
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+
+from shoal.errors import DecodeError
+from shoal.otlp import anyvalue
+from shoal.otlp.columns import I64, U64, hash_text, list_offsets, sum_per_list
+from shoal.otlp.schema import ATTRS
+
+_CACHE_LIMIT = 200_000
+_Entry = tuple[str, str, str | None, int]
+_cache: dict[bytes, _Entry] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Attributes:
+    """Attribute maps for ``n`` rows.
+
+    ``values`` and ``types`` have type ``map<string, string>`` (never null);
+    ``set_hash`` is, per row, the order-independent hash of its entries.
+    """
+
+    values: pa.MapArray
+    types: pa.MapArray
+    set_hash: U64
+
+    def take(self, indices: I64) -> Attributes:
+        idx = pa.array(indices, type=pa.int64())
+        return Attributes(self.values.take(idx), self.types.take(idx), self.set_hash[indices])
+
+
+def _decode_entry(raw: bytes, where: str) -> _Entry:
+    try:
+        kv = KeyValue.FromString(raw)
+    except (ProtoDecodeError, RuntimeError) as exc:
+        raise DecodeError(f"{where}: malformed attribute: {exc}") from None
+    text, type_tag = anyvalue.encode(kv.value)
+    return kv.key, text, type_tag, hash_text(kv.key, type_tag or "", text)
+
+
+def decode_keyvalue(raw: bytes, where: str = "attributes") -> tuple[str, str, str | None]:
+    """One serialized ``KeyValue`` as ``(key, text, type)``."""
+    key, text, type_tag, _ = _entry(raw, where)
+    return key, text, type_tag
+
+
+def _entry(raw: bytes, where: str) -> _Entry:
+    hit = _cache.get(raw)
+    if hit is None:
+        hit = _decode_entry(raw, where)
+        if len(_cache) >= _CACHE_LIMIT:
+            _cache.clear()
+        _cache[raw] = hit
+    return hit
+
+
+def empty(n: int) -> Attributes:
+    offsets = pa.array(np.zeros(n + 1, dtype=np.int32))
+    none = pa.array([], pa.string())
+    maps = pa.MapArray.from_arrays(offsets, none, none, type=ATTRS)
+    return Attributes(maps, maps, np.zeros(n, dtype=np.uint64))
+
+
+def _maps(offsets: I64, keys: pa.Array, items: pa.Array) -> pa.MapArray:
+    return pa.MapArray.from_arrays(pa.array(offsets.astype(np.int32)), keys, items, type=ATTRS)
+
+
+def decode_lists(lists: pa.Array, where: str = "attributes") -> Attributes:
+    """Decode a ``list<binary>`` array of serialized ``KeyValue`` lists."""
+    n = len(lists)
+    offsets = list_offsets(lists)
+    flat = lists.flatten()
+    if len(flat) == 0:
+        return empty(n)
+    encoded = pc.dictionary_encode(flat)
+    uniques = encoded.dictionary.to_pylist()
+    indices = encoded.indices
+    entries = [_entry(raw, where) for raw in uniques]
+    keys_u = pa.array([e[0] for e in entries], pa.string())
+    texts_u = pa.array([e[1] for e in entries], pa.string())
+    hashes_u = np.array([e[3] for e in entries], dtype=np.uint64)
+    keys = keys_u.take(indices)
+    values = _maps(offsets, keys, texts_u.take(indices))
+    idx = indices.to_numpy(zero_copy_only=False)
+    set_hash = sum_per_list(hashes_u[idx], offsets)
+    typed_u = np.array([e[2] is not None for e in entries], dtype=np.bool_)
+    if not typed_u.any():
+        types = empty(n).types
+    else:
+        typed = typed_u[idx]
+        type_offsets = np.zeros(len(typed) + 1, dtype=np.int64)
+        np.cumsum(typed, out=type_offsets[1:])
+        types_u = pa.array([e[2] for e in entries], pa.string())
+        keep = pa.array(np.nonzero(typed)[0])
+        types = _maps(
+            type_offsets[offsets], keys.take(keep), types_u.take(indices.take(keep))
+        )
+    return Attributes(values, types, set_hash)

@@ -1,0 +1,127 @@
+"""Vectorised helpers shared by the per-signal decoders: lists, ids, times, hashes."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shoal.otlp.schema import UTC_US
+
+U64 = npt.NDArray[np.uint64]
+I64 = npt.NDArray[np.int64]
+BOOL = npt.NDArray[np.bool_]
+
+INT64_MAX = 2**63 - 1
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_HEX_PAIRS = np.stack([_HEX[np.arange(256) >> 4], _HEX[np.arange(256) & 15]], axis=1)
+
+
+def flatten(lists: pa.Array) -> tuple[pa.Array, I64]:
+    """Child values of a list array and, for each child, the index of its parent row."""
+    values = lists.flatten()
+    parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+    return values, parents
+
+
+def list_offsets(lists: pa.Array) -> I64:
+    """Offsets of a list array, rebased to start at 0 (length ``len(lists) + 1``)."""
+    offsets: I64 = lists.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    rebased: I64 = offsets - offsets[0]
+    return rebased
+
+
+def field(struct: pa.Array, name: str) -> pa.Array:
+    """A child of a struct array with the parent's slice applied (nulls not merged)."""
+    return struct.field(name)
+
+
+def u64(array: pa.Array) -> U64:
+    """A uint64 (or other integer) Arrow array as a numpy uint64 array (nulls as 0)."""
+    values: U64 = array.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+    return values
+
+
+def over_int64(values: U64) -> BOOL:
+    """Which unsigned values do not fit in int64."""
+    return values > np.uint64(INT64_MAX)
+
+
+def as_int64(values: U64) -> pa.Array:
+    """uint64 values known to fit in int64 (others clamped to 0) as an Arrow int64 array."""
+    return pa.array(np.where(over_int64(values), 0, values).astype(np.int64))
+
+
+def timestamps(nanos: I64, valid: BOOL | None = None) -> pa.Array:
+    """Microsecond UTC timestamps (floor of the nanoseconds); rows not ``valid`` are null."""
+    micros = nanos // 1000
+    if valid is None:
+        return pa.array(micros, type=UTC_US)
+    return pa.array(micros, type=UTC_US, mask=~valid)
+
+
+def hex_ids(ids: pa.Array, size: int) -> tuple[pa.Array, BOOL]:
+    """Binary ids to lowercase hex strings.
+
+    Returns the string array (null where the id is empty or all zeros, which
+    OTLP treats as absent) and a mask of rows whose length is neither 0 nor
+    ``size`` (invalid ids).
+    """
+    n = len(ids)
+    lengths = pc.binary_length(ids).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    good = lengths == size
+    bad = (lengths != 0) & ~good
+    if not good.any():
+        return pa.nulls(n, pa.string()), bad
+    buffers = ids.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int32)[ids.offset : ids.offset + n + 1]
+    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else None
+    assert data is not None
+    starts = offsets[:-1][good].astype(np.int64)
+    matrix = data[starts[:, None] + np.arange(size)]
+    nonzero = matrix.any(axis=1)
+    present = good.copy()
+    present[good] = nonzero
+    text = _HEX_PAIRS[matrix[nonzero]].reshape(-1)
+    out_offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.where(present, 2 * size, 0), out=out_offsets[1:])
+    validity = pa.py_buffer(np.packbits(present, bitorder="little").tobytes())
+    array = pa.Array.from_buffers(
+        pa.string(),
+        n,
+        [validity, pa.py_buffer(out_offsets.tobytes()), pa.py_buffer(text.tobytes())],
+    )
+    return array, bad
+
+
+# -- stable hashing ---------------------------------------------------------------
+
+_M1 = np.uint64(0xFF51AFD7ED558CCD)
+_M2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S33 = np.uint64(33)
+
+
+def fmix64(x: U64) -> U64:
+    """MurmurHash3's 64-bit finaliser (wrapping uint64 arithmetic)."""
+    x = x ^ (x >> _S33)
+    x = x * _M1
+    x = x ^ (x >> _S33)
+    x = x * _M2
+    return x ^ (x >> _S33)
+
+
+def hash_text(*parts: str) -> int:
+    """64-bit BLAKE2b of the parts joined by NUL bytes: stable across processes and runs."""
+    digest = hashlib.blake2b("\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=8)
+    return int.from_bytes(digest.digest(), "little")
+
+
+def sum_per_list(entry_hashes: U64, offsets: I64) -> U64:
+    """Per list, the wrapping sum of its entries' hashes (order-independent)."""
+    sums = np.zeros(len(entry_hashes) + 1, dtype=np.uint64)
+    np.cumsum(entry_hashes, out=sums[1:])
+    result: U64 = sums[offsets[1:]] - sums[offsets[:-1]]
+    return result

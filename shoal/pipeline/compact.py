@@ -1,0 +1,121 @@
+"""Compaction: merge each hour's small files into few well-sized, sorted files.
+
+The plan comes from the committed file list (:func:`shoal.pipeline.plan.compaction_groups`).
+Spark reads the chosen files, range-partitions rows by hour (one task per
+hour, so an hour's files come out sorted across each other) and sorts within
+each task by the table's sort columns; the tasks write with the flusher's
+layout rules (:mod:`shoal.pipeline.writer`). One commit then removes the old
+files and adds the new ones (``dataChange=false``): readers see the same rows
+before and after. Removed files stay on disk until vacuum deletes them,
+``vacuum_retention_hours`` later, so queries already running keep working.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from typing import TYPE_CHECKING, Any
+
+from shoal.config import Config
+from shoal.errors import MaintenanceError
+from shoal.pipeline.commit import Change, discard, relative, run_with_retries
+from shoal.pipeline.plan import compaction_groups
+from shoal.pipeline.writer import HOUR_COLUMN, WRITTEN_DDL, WriteTarget, WrittenFile, write_sorted
+from shoal.storage.layout import HOUR_US
+from shoal.storage.types import NewFile, TableSnapshot
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+logger = logging.getLogger(__name__)
+
+OPERATION = "OPTIMIZE"
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactResult:
+    table: str
+    version: int | None
+    hours: int
+    files_removed: int
+    files_added: int
+    rows: int
+
+
+def with_hour(df: DataFrame, time_column: str) -> DataFrame:
+    """Add the hour index (hours since the epoch) of each row, as HOUR_COLUMN."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn(
+        HOUR_COLUMN, F.expr(f"floor(unix_micros(`{time_column}`) / {HOUR_US})").cast("long")
+    )
+
+
+def write_hourly(
+    spark: SparkSession, df: DataFrame, target: WriteTarget, hours: int
+) -> list[WrittenFile]:
+    """Write ``df`` (with HOUR_COLUMN) as sorted hourly files; one task per hour."""
+    spec = target.spec
+    parts = max(1, hours)
+    ordered = df.repartitionByRange(parts, HOUR_COLUMN).sortWithinPartitions(
+        HOUR_COLUMN, *spec.sort_columns
+    )
+    rows = ordered.mapInArrow(functools.partial(write_sorted, target), WRITTEN_DDL).collect()
+    return [WrittenFile.from_row(r.asDict()) for r in rows]
+
+
+def compact_table(
+    spark: SparkSession,
+    table: Any,
+    config: Config,
+    *,
+    since_us: int | None = None,
+    until_us: int | None = None,
+) -> CompactResult:
+    """Compact one table; safe to run while the server flushes into it."""
+    target_bytes = int(config.compact_target_file_bytes)
+    target = WriteTarget(str(table.path), table.spec, target_bytes)
+    planned: dict[str, int] = {}
+
+    def attempt(snapshot: TableSnapshot) -> Change | None:
+        groups = compaction_groups(
+            snapshot.files, target_file_bytes=target_bytes, since_us=since_us, until_us=until_us
+        )
+        if not groups:
+            return None
+        inputs = [f for g in groups for f in g.files]
+        logger.info(
+            "compacting %s/%s: %d hours, %d files, %d rows",
+            table.tenant,
+            table.name,
+            len(groups),
+            len(inputs),
+            sum(f.rows for f in inputs),
+        )
+        df = with_hour(spark.read.parquet(*[f.path for f in inputs]), table.spec.time_column)
+        written = write_hourly(spark, df, target, len(groups))
+        rows_in, rows_out = sum(f.rows for f in inputs), sum(w.rows for w in written)
+        if rows_in != rows_out:
+            discard([w.absolute(table.path) for w in written])
+            raise MaintenanceError(
+                f"compact {table.tenant}/{table.name}: read {rows_in} rows but wrote "
+                f"{rows_out}; nothing was committed"
+            )
+        planned.update(hours=len(groups), rows=sum(w.rows for w in written))
+        return Change(
+            adds=tuple(NewFile(w.path, w.size, w.stats) for w in written),
+            removes=tuple(relative(table.path, f.path) for f in inputs),
+            operation=OPERATION,
+            written=tuple(w.absolute(table.path) for w in written),
+        )
+
+    result = run_with_retries("compact", table, attempt, int(config.maintenance_commit_attempts))
+    return CompactResult(
+        table=f"{table.tenant}/{table.name}",
+        version=None if result is None else result.version,
+        hours=planned.get("hours", 0) if result else 0,
+        files_removed=0 if result is None else result.files_removed,
+        files_added=0 if result is None else result.files_added,
+        rows=planned.get("rows", 0) if result else 0,
+    )

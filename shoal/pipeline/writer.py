@@ -1,0 +1,165 @@
+"""Executor-side Parquet writer: Spark rows in, files laid out like the flusher's out.
+
+Spark hands each task its rows as Arrow record batches (``mapInArrow``), already
+sorted by hour and the table's sort columns. :func:`write_sorted` casts them to
+the table's exact Arrow schema (Spark reports every column nullable and names
+list items ``element``) and writes them with ``shoal.storage.layout``'s writer
+properties, one file per hour, rolling to a new file once a file reaches the
+target size. Each file is fsynced, its directory too, and its Delta statistics
+are read back from its footer; the task yields one row per file for the driver
+to commit. Nothing here commits: a file no commit references is invisible and
+vacuum removes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shoal.otlp.schema import TableSpec
+from shoal.storage import layout
+from shoal.storage.durable import fsync_dir, fsync_file
+
+HOUR_COLUMN = "_shoal_hour"
+"""Column the jobs add to rows to partition and sort them by hour; not written."""
+
+WRITTEN_SCHEMA = pa.schema(
+    [
+        pa.field("path", pa.string()),
+        pa.field("hour", pa.int64()),
+        pa.field("size", pa.int64()),
+        pa.field("rows", pa.int64()),
+        pa.field("min_time_us", pa.int64()),
+        pa.field("max_time_us", pa.int64()),
+        pa.field("stats", pa.string()),
+    ]
+)
+"""One row per file a task wrote (what :func:`write_sorted` yields)."""
+
+WRITTEN_DDL = (
+    "path string, hour long, size long, rows long, min_time_us long, max_time_us long, stats string"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteTarget:
+    """Where and how a task writes: shipped (pickled) to the executors."""
+
+    table_dir: str
+    spec: TableSpec
+    target_file_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class WrittenFile:
+    """A file a task wrote, as the driver sees it."""
+
+    path: str
+    hour: int
+    size: int
+    rows: int
+    min_time_us: int
+    max_time_us: int
+    stats: str
+
+    @classmethod
+    def from_row(cls, row: dict[str, object]) -> WrittenFile:
+        return cls(**row)  # type: ignore[arg-type]
+
+    def absolute(self, table_dir: str | Path) -> Path:
+        return Path(table_dir) / self.path
+
+
+class _HourFile:
+    """One open output file; rows are buffered up to a full row group."""
+
+    def __init__(self, target: WriteTarget, hour: int) -> None:
+        self.target = target
+        self.hour = hour
+        self.relpath = layout.hour_file_path(hour)
+        self.abspath = Path(target.table_dir) / self.relpath
+        self.abspath.parent.mkdir(parents=True, exist_ok=True)
+        schema = target.spec.schema
+        self.writer = pq.ParquetWriter(
+            self.abspath, schema, **layout.writer_options(schema, target.spec.sort_columns)
+        )
+        self.buffer: list[pa.RecordBatch] = []
+        self.buffered = 0
+        self.rows = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.buffer.append(batch)
+        self.buffered += batch.num_rows
+        if self.buffered >= layout.ROW_GROUP_ROWS:
+            self._write_buffer()
+
+    def _write_buffer(self) -> None:
+        if not self.buffer:
+            return
+        data = pa.Table.from_batches(self.buffer, schema=self.target.spec.schema)
+        self.writer.write_table(data, row_group_size=layout.ROW_GROUP_ROWS)
+        self.rows += data.num_rows
+        self.buffer, self.buffered = [], 0
+
+    def full(self) -> bool:
+        return self.abspath.stat().st_size >= self.target.target_file_bytes
+
+    def close(self) -> dict[str, object]:
+        self._write_buffer()
+        self.writer.close()
+        fsync_file(self.abspath)
+        fsync_dir(self.abspath.parent)
+        stats = layout.stats_for_file(self.abspath, self.target.spec)
+        return {
+            "path": self.relpath,
+            "hour": self.hour,
+            "size": os.path.getsize(self.abspath),
+            "rows": stats.rows,
+            "min_time_us": stats.min_time_us,
+            "max_time_us": stats.max_time_us,
+            "stats": stats.to_json(),
+        }
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Cast a batch from Spark to the table's exact schema (names, nesting, nullability)."""
+    selected = pa.RecordBatch.from_arrays(
+        [batch.column(name) for name in schema.names], names=schema.names
+    )
+    return selected.cast(schema)
+
+
+def write_sorted(
+    target: WriteTarget, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body: write rows sorted by (HOUR_COLUMN, sort columns) to hourly files."""
+    current: _HourFile | None = None
+    written: list[dict[str, object]] = []
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        hours = np.asarray(batch.column(HOUR_COLUMN).to_numpy(zero_copy_only=False))
+        rows = conform(batch, target.spec.schema)
+        cuts = [0, *(np.flatnonzero(np.diff(hours)) + 1).tolist(), rows.num_rows]
+        for start, end in itertools.pairwise(cuts):
+            hour = int(hours[start])
+            if current is not None and current.hour != hour:
+                written.append(current.close())
+                current = None
+            if current is None:
+                current = _HourFile(target, hour)
+            current.add(rows.slice(start, end - start))
+            if current.buffered == 0 and current.full():
+                written.append(current.close())
+                current = None
+    if current is not None:
+        written.append(current.close())
+    if written:
+        yield pa.RecordBatch.from_pylist(written, schema=WRITTEN_SCHEMA)

@@ -1,0 +1,124 @@
+"""DataFusion sessions holding exactly one tenant's tables.
+
+Each query gets its own :class:`datafusion.SessionContext` with its own
+memory pool (a fair spill pool of ``query_memory_bytes``). In it, each table
+of the tenant is a view: the UNION ALL of its committed Parquet files, each
+registered natively (so DataFusion prunes files and row groups with Parquet
+statistics and pushes projections and filters into the scan), and the
+snapshot's record batches. Both sides have exactly the frozen schema, so no
+cast sits between a filter and the scan.
+
+Building the Parquet side costs about 0.2 ms per file, so it is built once
+per (tenant, table, Delta version) and cached: a later query of the same
+version only wraps the cached view and its fresh batches (about a
+millisecond for the three signal tables).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+
+import pyarrow as pa
+from datafusion import DataFrame, RuntimeEnvBuilder, SessionConfig, SessionContext, SQLOptions
+from datafusion.catalog import Table
+
+from shoal.query.tables import TableInput, TenantView
+
+logger = logging.getLogger(__name__)
+
+SESSION_OPTIONS: dict[str, str] = {
+    # Parquet strings come back as `string`, exactly the frozen schema (FINDINGS 3).
+    "datafusion.execution.parquet.schema_force_view_types": "false",
+    # Row-group pruning with statistics and the page index (both default on; pinned here).
+    "datafusion.execution.parquet.pruning": "true",
+    "datafusion.execution.parquet.enable_page_index": "true",
+    # Late materialisation measured slower on the benchmark's aggregations.
+    "datafusion.execution.parquet.pushdown_filters": "false",
+}
+
+
+def sql_options() -> SQLOptions:
+    """Read-only: no DDL (CREATE/DROP), no DML (INSERT/COPY), no statements (SET, BEGIN)."""
+    return (
+        SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
+    )
+
+
+def session_config() -> SessionConfig:
+    cfg = SessionConfig(dict(SESSION_OPTIONS))
+    return cfg.with_information_schema(True)
+
+
+class ParquetViewCache:
+    """Cached views of a table version's committed files, shared by every query.
+
+    A view is built in a private context and only ever registered, read-only,
+    into sessions of the same tenant.
+    """
+
+    def __init__(self, max_entries: int = 128) -> None:
+        self._builder = SessionContext(session_config())
+        self._lock = threading.Lock()
+        self._max = max_entries
+        self._views: collections.OrderedDict[tuple[str, str, int, int], Table] = (
+            collections.OrderedDict()
+        )
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, tenant: str, table: TableInput) -> Table | None:
+        """The view of ``table``'s files, or None when it has no files."""
+        if not table.files:
+            return None
+        key = (tenant, table.name, table.version, hash(table.files))
+        with self._lock:
+            view = self._views.get(key)
+            if view is not None:
+                self._views.move_to_end(key)
+                self.hits += 1
+                return view
+        view = self._build(table)
+        with self._lock:
+            self.misses += 1
+            self._views[key] = view
+            self._views.move_to_end(key)
+            while len(self._views) > self._max:
+                self._views.popitem(last=False)
+        return view
+
+    def _build(self, table: TableInput) -> Table:
+        frames = [
+            self._builder.read_parquet(f.path, schema=table.schema)
+            for f in table.files
+        ]
+        union: DataFrame = frames[0]
+        for frame in frames[1:]:
+            union = union.union(frame)
+        return union.into_view()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._views.clear()
+
+
+def new_session(memory_bytes: int) -> SessionContext:
+    """A session with its own memory pool and no spill files (over the pool, a query fails)."""
+    runtime = RuntimeEnvBuilder().with_fair_spill_pool(memory_bytes).with_disk_manager_disabled()
+    return SessionContext(session_config(), runtime)
+
+
+def build_session(view: TenantView, cache: ParquetViewCache, memory_bytes: int) -> SessionContext:
+    """A session where each of the tenant's tables is Parquet UNION ALL snapshot; nothing else."""
+    ctx = new_session(memory_bytes)
+    for name, table in view.tables.items():
+        parquet = cache.get(view.tenant, table)
+        frame: DataFrame | None = ctx.read_table(parquet) if parquet is not None else None
+        if table.batches:
+            recent = ctx.read_batches(table.batches)
+            frame = recent if frame is None else frame.union(recent)
+        if frame is None:
+            frame = ctx.read_batches([pa.RecordBatch.from_pylist([], schema=table.schema)])
+        ctx.register_view(name, frame)
+    return ctx

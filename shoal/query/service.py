@@ -1,0 +1,288 @@
+"""The query service: tenant-scoped, read-only SQL under memory, time, size and row limits.
+
+A query runs in three steps:
+
+1. :meth:`QueryService.prepare` checks the text (size, operator count),
+   collects the tenant's view (snapshot batches first, then Delta snapshots)
+   and computes its ETag. Cheap; a GET with a matching ``If-None-Match``
+   stops here.
+2. :meth:`QueryService.execute` waits for one of ``query_max_concurrency``
+   slots, then plans the query in a worker thread (a fresh session with its
+   own memory pool, parse, logical and physical planning). Planning cannot be
+   interrupted, so its cost is bounded up front by the size and operator
+   caps; if it still overruns the time limit the caller gets the time-limit
+   error at once and the slot is freed only when the thread is done.
+3. :class:`QueryResult` streams record batches from DataFusion on the event
+   loop, each wait bounded by what is left of the time limit. Dropping the
+   stream cancels DataFusion's work, so a query past its limit stops using
+   CPU. At most ``query_max_rows`` rows are returned; ``truncated`` says
+   whether more existed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pyarrow as pa
+from datafusion import RecordBatchStream, SessionContext
+
+from shoal.config import Config
+from shoal.errors import QueryError, QueryLimitError
+from shoal.query import engine, limits
+from shoal.query.limits import Limits
+from shoal.query.source import SnapshotSource
+from shoal.query.tables import AsOf, TableCatalog, TenantView, collect_view
+
+logger = logging.getLogger(__name__)
+
+_ROOT_ONLY_PLANS = frozenset({"Explain", "Analyze", "DescribeTable"})
+"""Plans that must stay at the root: no LIMIT is wrapped around them (they return few rows)."""
+
+
+def limits_from_config(config: Config) -> Limits:
+    return Limits(
+        memory_bytes=int(config.query_memory_bytes),
+        timeout_s=float(config.query_timeout_s),
+        max_sql_bytes=int(config.query_max_sql_bytes),
+        max_concurrency=int(config.query_max_concurrency),
+        max_rows=int(config.query_max_rows),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A checked query and the view it will read."""
+
+    tenant: str
+    sql: str
+    view: TenantView
+    etag: str
+    started: float
+
+    @property
+    def tables_read(self) -> list[str]:
+        return [t.name for t in self.view.tables_named_in(self.sql)]
+
+
+class QueryResult:
+    """The streaming result of one query. Iterate :meth:`batches` once, then read ``truncated``.
+
+    ``close()`` (or exhausting :meth:`batches`) releases the concurrency slot
+    and cancels whatever DataFusion still has running.
+    """
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        stream: RecordBatchStream,
+        ctx: SessionContext,
+        deadline: float,
+        limits: Limits,
+        release: Any,
+        prepared: Prepared,
+    ) -> None:
+        self.schema = schema
+        self.prepared = prepared
+        self.truncated = False
+        self.rows = 0
+        self._stream: RecordBatchStream | None = stream
+        self._ctx: SessionContext | None = ctx  # kept alive while the stream runs
+        self._deadline = deadline
+        self._limits = limits
+        self._release = release
+        self._buffer: list[pa.RecordBatch] = []
+        self._done = False
+
+    @property
+    def truncation_message(self) -> str | None:
+        return limits.row_cap_message(self._limits) if self.truncated else None
+
+    async def _next(self) -> pa.RecordBatch | None:
+        if self._done or self._stream is None:
+            return None
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            self.close()
+            raise limits.timeout_error(self._limits)
+        try:
+            item = await asyncio.wait_for(self._stream.__anext__(), remaining)
+        except StopAsyncIteration:
+            self.close()
+            return None
+        except TimeoutError:
+            self.close()
+            raise limits.timeout_error(self._limits) from None
+        except Exception as exc:
+            self.close()
+            raise limits.translate(exc, self._limits) from exc
+        batch: pa.RecordBatch = item.to_pyarrow()
+        room = self._limits.max_rows - self.rows
+        if batch.num_rows > room:
+            self.truncated = True
+            batch = batch.slice(0, room)
+            self.close()
+        self.rows += batch.num_rows
+        return batch
+
+    async def prefetch(self, max_bytes: int) -> None:
+        """Read ahead up to ``max_bytes`` so errors and truncation show before any byte is sent."""
+        held = sum(b.nbytes for b in self._buffer)
+        while held < max_bytes and not self._done:
+            batch = await self._next()
+            if batch is None:
+                break
+            self._buffer.append(batch)
+            held += batch.nbytes
+
+    @property
+    def complete(self) -> bool:
+        """True once every row that will be returned has been read."""
+        return self._done
+
+    async def batches(self) -> AsyncIterator[pa.RecordBatch]:
+        try:
+            while self._buffer:
+                yield self._buffer.pop(0)
+            while True:
+                batch = await self._next()
+                if batch is None:
+                    return
+                if batch.num_rows:
+                    yield batch
+        finally:
+            self.close()
+
+    async def to_table(self) -> pa.Table:
+        return pa.Table.from_batches([b async for b in self.batches()], schema=self.schema)
+
+    def close(self) -> None:
+        self._done = True
+        self._stream = None  # dropping the stream cancels DataFusion's tasks
+        self._ctx = None
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
+class QueryService:
+    """What the SQL endpoint and ``shoal sql`` call. Safe to share across tasks and threads."""
+
+    def __init__(
+        self,
+        catalog: TableCatalog,
+        snapshot: SnapshotSource | None,
+        limits: Limits | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.snapshot = snapshot
+        self.limits = limits or Limits()
+        self.cache = engine.ParquetViewCache()
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.limits.max_concurrency, thread_name_prefix="shoal-query"
+        )
+        self._slots: asyncio.Semaphore | None = None
+        self._slots_loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def from_config(
+        cls, config: Config, catalog: TableCatalog, snapshot: SnapshotSource | None
+    ) -> QueryService:
+        return cls(catalog, snapshot, limits_from_config(config))
+
+    # -- step 1 -----------------------------------------------------------------
+
+    def prepare(
+        self, tenant: str, sql: str, as_of: AsOf | None = None, variant: str = ""
+    ) -> Prepared:
+        """Check ``sql`` and collect the tenant's view. Blocking but cheap."""
+        started = time.monotonic()
+        text = limits.check_sql(sql, self.limits)
+        view = collect_view(self.catalog, self.snapshot, tenant, as_of)
+        return Prepared(tenant, text, view, view.etag(text, variant), started)
+
+    async def aprepare(
+        self, tenant: str, sql: str, as_of: AsOf | None = None, variant: str = ""
+    ) -> Prepared:
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self.prepare, tenant, sql, as_of, variant
+        )
+
+    # -- step 2 -----------------------------------------------------------------
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots_loop is not loop:
+            self._slots = asyncio.Semaphore(self.limits.max_concurrency)
+            self._slots_loop = loop
+        return self._slots
+
+    def _plan(self, prepared: Prepared) -> tuple[pa.Schema, RecordBatchStream, SessionContext]:
+        ctx = engine.build_session(prepared.view, self.cache, self.limits.memory_bytes)
+        try:
+            frame = ctx.sql_with_options(prepared.sql, engine.sql_options())
+            if type(frame.logical_plan().to_variant()).__name__ not in _ROOT_ONLY_PLANS:
+                # Let DataFusion stop (and sort with a top-k) once the row cap is exceeded.
+                frame = frame.limit(self.limits.max_rows + 1)
+            schema = frame.schema()
+            stream = frame.execute_stream()
+        except Exception as exc:
+            raise limits.translate(exc, self.limits) from exc
+        return schema, stream, ctx
+
+    async def execute(self, prepared: Prepared) -> QueryResult:
+        """Plan ``prepared`` and start it; errors here come before any response byte."""
+        deadline = prepared.started + self.limits.timeout_s
+        slots = self._semaphore()
+        try:
+            await asyncio.wait_for(slots.acquire(), max(deadline - time.monotonic(), 0.001))
+        except TimeoutError:
+            raise limits.concurrency_error(self.limits) from None
+        loop = asyncio.get_running_loop()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                loop.call_soon_threadsafe(slots.release)
+
+        future = loop.run_in_executor(self._executor, self._plan, prepared)
+        try:
+            schema, stream, ctx = await asyncio.wait_for(
+                asyncio.shield(future), max(deadline - time.monotonic(), 0.001)
+            )
+        except TimeoutError:
+            # The planning thread cannot be interrupted; its slot frees when it ends.
+            future.add_done_callback(lambda _f: release())
+            logger.warning("query of tenant %s overran its time limit while planning",
+                           prepared.tenant)
+            raise limits.timeout_error(self.limits) from None
+        except BaseException:
+            release()
+            raise
+        return QueryResult(schema, stream, ctx, deadline, self.limits, release, prepared)
+
+    async def run(
+        self, tenant: str, sql: str, as_of: AsOf | None = None
+    ) -> tuple[pa.Table, QueryResult]:
+        """Prepare, execute and collect (for the CLI and tests)."""
+        prepared = await self.aprepare(tenant, sql, as_of)
+        result = await self.execute(prepared)
+        return await result.to_table(), result
+
+    def run_sync(self, tenant: str, sql: str, as_of: AsOf | None = None) -> pa.Table:
+        """:meth:`run` from synchronous code (no running event loop)."""
+        table, _ = asyncio.run(self.run(tenant, sql, as_of))
+        return table
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+__all__ = ["Prepared", "QueryError", "QueryLimitError", "QueryResult", "QueryService"]

@@ -1,0 +1,155 @@
+"""The flusher: moves acknowledged rows from the snapshot into the Delta tables.
+
+One thread. A round starts when the snapshot holds ``flush_max_bytes`` or its
+oldest row is ``flush_max_age_s`` old (and on shutdown). It takes
+``L = last_lsn`` and every table's batches up to ``L`` in one step, writes and
+commits each table with ``wal_lsn=L`` (no lock held), drops that table's
+flushed batches from the snapshot, and once every table succeeded truncates the
+WAL below ``L + 1``. A table whose flush fails keeps its rows in the snapshot
+and the WAL and is retried next round: nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Protocol
+
+import pyarrow as pa
+
+from shoal.otlp.schema import SIGNAL_TABLES
+from shoal.server.snapshot import Snapshot
+from shoal.storage.types import CommitResult
+
+logger = logging.getLogger(__name__)
+
+
+class FlushTable(Protocol):
+    def flush(self, data: pa.Table, wal_lsn: int) -> CommitResult | None: ...
+
+    def committed_lsn(self) -> int: ...
+
+
+class FlushStore(Protocol):
+    def open(self, tenant: str, table: str) -> FlushTable: ...
+
+
+class Truncatable(Protocol):
+    def truncate_before(self, lsn: int) -> object: ...
+
+
+class FlushMetrics(Protocol):
+    def flushed(self, tenant: str, table: str, rows: int, nbytes: int, seconds: float,
+                version: int | None) -> None: ...  # fmt: skip
+
+    def flush_failed(self, tenant: str, table: str) -> None: ...
+
+
+class Flusher:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        store: FlushStore,
+        wal: Truncatable,
+        max_bytes: int,
+        max_age_s: float,
+        metrics: FlushMetrics,
+        poll_s: float = 0.25,
+    ) -> None:
+        self._snapshot = snapshot
+        self._store = store
+        self._wal = wal
+        self._max_bytes = max_bytes
+        self._max_age_s = max_age_s
+        self._metrics = metrics
+        self._poll_s = poll_s
+        self._tables: dict[tuple[str, str], FlushTable] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._round_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="shoal-flusher", daemon=True)
+        self.rounds = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request(self) -> None:
+        """Ask for a flush round now (used by tests and admin actions)."""
+        self._wake.set()
+
+    def _due(self) -> bool:
+        if self._snapshot.rows == 0:
+            return False
+        return (
+            self._snapshot.bytes >= self._max_bytes
+            or self._snapshot.oldest_age_s() >= self._max_age_s
+        )
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            woken = self._wake.wait(self._poll_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            if woken or self._due():
+                try:
+                    self.flush()
+                except Exception:
+                    logger.exception("flush round failed; retrying next round")
+
+    def _table(self, tenant: str, table: str) -> FlushTable:
+        key = (tenant, table)
+        found = self._tables.get(key)
+        if found is None:
+            found = self._tables[key] = self._store.open(tenant, table)
+        return found
+
+    def flush(self) -> bool:
+        """One flush round; True when everything taken was committed and the WAL cut."""
+        with self._round_lock:
+            lsn, parts = self._snapshot.take()
+            if not parts:
+                return True
+            ok = True
+            for (tenant, table), batches in sorted(parts.items()):
+                started = time.perf_counter()
+                try:
+                    schema = SIGNAL_TABLES[table].schema if table in SIGNAL_TABLES else None
+                    data = pa.Table.from_batches(
+                        [b.batch for b in batches], schema=schema or batches[0].batch.schema
+                    )
+                    result = self._table(tenant, table).flush(data, wal_lsn=lsn)
+                except Exception:
+                    ok = False
+                    self._metrics.flush_failed(tenant, table)
+                    logger.exception(
+                        "flush of %s/%s through LSN %d failed; kept for the next round",
+                        tenant, table, lsn,
+                    )  # fmt: skip
+                    continue
+                self._snapshot.drop_through(tenant, table, lsn)
+                seconds = time.perf_counter() - started
+                self._metrics.flushed(
+                    tenant, table, data.num_rows, data.nbytes, seconds,
+                    result.version if result is not None else None,
+                )  # fmt: skip
+                logger.debug(
+                    "flushed %s/%s: %d rows through LSN %d in %.3fs",
+                    tenant, table, data.num_rows, lsn, seconds,
+                )  # fmt: skip
+            self.rounds += 1
+            if ok:
+                self._wal.truncate_before(lsn + 1)
+            return ok
+
+    def shutdown(self, timeout: float) -> bool:
+        """Stop the thread and run a final flush; True if it committed everything."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+        try:
+            return self.flush()
+        except Exception:
+            logger.exception("final flush failed; the WAL keeps the rows for replay")
+            return False

@@ -1,0 +1,337 @@
+"""Process lifecycle: start, replay, serve, drain, stop.
+
+Order of startup: listeners come up first (``/healthz`` answers, ingest gets
+503 and ``/readyz`` says not ready), then the tables are opened, the WAL is
+opened and replayed into the snapshot past each table's committed LSN, the
+flusher starts, and ingest opens (``/readyz`` 200).
+
+SIGTERM/SIGINT: ingest answers 503 / UNAVAILABLE, admitted requests finish,
+the listeners stop, the flusher commits what is left, the WAL is closed, exit
+0, all within ``shutdown_timeout_s``. A fatal WAL error stops the process with
+exit code 1 so systemd restarts it and the WAL is replayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import ipaddress
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, cast
+
+import pyarrow as pa
+import uvicorn
+from prometheus_client import CollectorRegistry
+
+from shoal.api.app import AppServices, create_app
+from shoal.api.auth import Authenticator, TokenStore
+from shoal.api.ingest import IngestHandler
+from shoal.api.otlp_grpc import create_server
+from shoal.config import Config
+from shoal.errors import ConfigError
+from shoal.server import records
+from shoal.server.flusher import Flusher
+from shoal.server.ingest import Ingestor
+from shoal.server.metrics import ServerMetrics, StorageMetricsAdapter, WalMetricsAdapter
+from shoal.server.queue import IngestQueue
+from shoal.server.snapshot import Snapshot
+from shoal.storage.store import TableStore
+from shoal.wal import Wal
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FATAL = 1
+
+
+def is_loopback(bind: str) -> bool:
+    if bind == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bind.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_port(bind: str, port: int) -> str:
+    host = bind.strip("[]")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its own signal handlers: the runtime owns SIGTERM."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _wal_dir_stats(path: Path) -> tuple[int, int]:
+    total = count = 0
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(path):
+            if entry.name.endswith(".wal"):
+                count += 1
+                with contextlib.suppress(FileNotFoundError):
+                    total += entry.stat().st_size
+    return total, count
+
+
+class ServerRuntime:
+    """Everything one ``shoal serve`` process runs."""
+
+    def __init__(self, config: Config, registry: CollectorRegistry | None = None) -> None:
+        self.config = config
+        self.data_dir = config.data_path
+        self.metrics = ServerMetrics(registry)
+        self.snapshot = Snapshot()
+        self.queue = IngestQueue(
+            config.queue_max_requests,
+            config.queue_max_bytes,
+            float(config.retry_after_s),
+            on_overflow=lambda reason: self.metrics.queue_overflow_total.labels(reason).inc(),
+        )
+        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shoal-ingest")
+        self.authenticator = Authenticator(
+            TokenStore(self.data_dir),
+            allow_anonymous=is_loopback(config.bind) or bool(config.insecure),
+        )
+        self.ingestor = Ingestor(self.queue, self.executor, on_fatal=self._fatal)
+        self.ingest = IngestHandler(self.ingestor, self.executor, self.metrics)
+        self.metrics.bind_queue(lambda: self.queue.depth, lambda: self.queue.bytes)
+        self.metrics.bind_snapshot(
+            lambda: self.snapshot.rows, lambda: self.snapshot.bytes, self.snapshot.oldest_age_s
+        )
+        self.metrics.bind_wal(lambda: _wal_dir_stats(self.data_dir / "wal"))
+        self.store: Any = None
+        self.wal: Any = None
+        self.flusher: Flusher | None = None
+        self.query_service: Any = None
+        self.http_port = 0
+        self.grpc_port = 0
+        self._ready = False
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._fatal_error: BaseException | None = None
+
+    # -- checks before anything binds --------------------------------------------------
+
+    def preflight(self) -> None:
+        """Refuse configurations that must not start (raises ConfigError, exit code 2)."""
+        if not self.authenticator.has_tokens and not is_loopback(self.config.bind):
+            if not self.config.insecure:
+                raise ConfigError(
+                    f"refusing to bind {self.config.bind} with no tokens configured: create "
+                    "one with `shoal token create --tenant NAME`, bind 127.0.0.1, or pass "
+                    "--insecure to accept unauthenticated requests as tenant 'default'"
+                )
+            logger.warning(
+                "bound to %s with no tokens: anyone who can reach it writes and reads "
+                "tenant 'default'",
+                self.config.bind,
+            )
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def _fatal(self, exc: BaseException) -> None:
+        if self._fatal_error is not None:
+            return
+        self._fatal_error = exc
+        logger.critical("fatal WAL error, stopping so the WAL is replayed on restart: %s", exc)
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None:
+            loop.call_soon_threadsafe(stop.set)
+
+    def request_stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    def is_ready(self) -> bool:
+        return self._ready
+
+    def _on_durable(self, items: Sequence[tuple[int, object]]) -> None:
+        # Tags are (tenant, table, rows), set by Ingestor.submit.
+        self.snapshot.add_many(cast(Sequence[tuple[int, tuple[str, str, pa.Table]]], items))
+
+    def open_storage(self) -> None:
+        """Open the tables and the WAL, and replay the WAL into the snapshot."""
+        started = time.perf_counter()
+        self.store = TableStore(
+            self.data_dir,
+            coverage_bucket_s=self.config.coverage_bucket_s,
+            checkpoint_interval=self.config.checkpoint_interval,
+            metrics=StorageMetricsAdapter(self.metrics),
+        )
+        committed: dict[tuple[str, str], int] = {}
+        for tenant in self.store.tenants():
+            for table in self.store.tables(tenant):
+                committed[(tenant, table)] = self.store.open(tenant, table).committed_lsn()
+        self.wal = Wal.open(
+            self.data_dir / "wal",
+            fsync=self.config.wal_fsync,
+            segment_bytes=self.config.wal_segment_bytes,
+            max_record_bytes=self.config.wal_max_record_bytes,
+            corruption_policy=self.config.wal_corruption_policy,
+            metrics=WalMetricsAdapter(self.metrics),
+            on_durable=self._on_durable,
+            # LSNs must stay above every committed one, even if the WAL directory was lost.
+            min_next_lsn=max(committed.values(), default=0) + 1,
+        )
+        replayed = skipped = 0
+        # Replay from the start of the log, not from the smallest committed LSN: a table
+        # whose first flush failed has no Delta log yet, so no committed LSN to start from.
+        for record in self.wal.replay(0):
+            header = records.decode_header(record.payload)
+            key = (header.tenant, header.table)
+            if key not in committed:
+                exists = self.store.exists(*key)
+                committed[key] = self.store.open(*key).committed_lsn() if exists else 0
+            if record.lsn > committed[key]:
+                tenant, table, data = records.decode(record.payload)
+                self.snapshot.add(tenant, table, record.lsn, data)
+                replayed += 1
+            else:
+                self.snapshot.note_lsn(record.lsn)
+                skipped += 1
+        logger.info(
+            "replayed %d WAL record(s) (%d rows) into the snapshot, %d already committed, "
+            "in %.2fs",
+            replayed, self.snapshot.rows, skipped, time.perf_counter() - started,
+        )  # fmt: skip
+
+    def _make_query_service(self) -> Any:
+        try:
+            query = importlib.import_module("shoal.query")
+        except ModuleNotFoundError:
+            return None
+        factory = getattr(query, "QueryService", None)
+        if factory is None:
+            return None
+        return factory(self.store, self.snapshot, self.config)
+
+    async def run(self) -> int:
+        self.preflight()
+        loop = self._loop = asyncio.get_running_loop()
+        stop = self._stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+
+        app = create_app(
+            AppServices(
+                authenticator=self.authenticator,
+                ingest=self.ingest,
+                is_ready=self.is_ready,
+                metrics_exposition=self.metrics.exposition,
+                max_body_bytes=self.config.max_body_bytes,
+                retry_after_s=float(self.config.retry_after_s),
+            )
+        )
+        uv = _QuietServer(
+            uvicorn.Config(
+                app,
+                host=self.config.bind.strip("[]"),
+                port=self.config.http_port,
+                log_config=None,
+                access_log=False,
+                lifespan="off",
+                timeout_graceful_shutdown=max(1, int(self.config.shutdown_timeout_s / 3)),
+                timeout_keep_alive=30,
+            )
+        )
+        grpc_server, self.grpc_port = create_server(
+            self.ingest,
+            self.authenticator,
+            _host_port(self.config.bind, self.config.grpc_port),
+            self.config.grpc_max_message_bytes,
+            float(self.config.retry_after_s),
+        )
+        await grpc_server.start()
+        http_task = asyncio.create_task(uv.serve(), name="shoal-http")
+        while not uv.started:
+            if http_task.done():
+                await grpc_server.stop(None)
+                await http_task
+                raise OSError(f"the HTTP listener on port {self.config.http_port} did not start")
+            await asyncio.sleep(0.01)
+        self.http_port = uv.servers[0].sockets[0].getsockname()[1]
+        logger.info(
+            "listening: OTLP/HTTP and SQL on %s, OTLP/gRPC on %s",
+            _host_port(self.config.bind, self.http_port),
+            _host_port(self.config.bind, self.grpc_port),
+        )
+        try:
+            await loop.run_in_executor(None, self.open_storage)
+        except BaseException:
+            logger.exception("startup failed")
+            uv.should_exit = True
+            await grpc_server.stop(None)
+            await http_task
+            raise
+        self.query_service = self._make_query_service()
+        app.state.query_service = self.query_service
+        self.flusher = Flusher(
+            self.snapshot,
+            self.store,
+            self.wal,
+            self.config.flush_max_bytes,
+            self.config.flush_max_age_s,
+            self.metrics,
+        )
+        self.flusher.start()
+        self.ingestor.open(self.wal)
+        self._ready = True
+        self.metrics.ready.set(1)
+        logger.info("ready")
+
+        await stop.wait()
+        return await self._shutdown(uv, http_task, grpc_server)
+
+    async def _shutdown(self, uv: uvicorn.Server, http_task: asyncio.Task[None], grpc: Any) -> int:
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + float(self.config.shutdown_timeout_s)
+        self._ready = False
+        self.metrics.ready.set(0)
+        self.ingestor.drain()
+        fatal = self._fatal_error is not None
+        logger.info("stopping: draining %d queued request(s)", self.queue.depth)
+        if not fatal:
+            drained = await loop.run_in_executor(
+                None, self.queue.wait_empty, max(0.0, (deadline - time.monotonic()) / 2)
+            )
+            if not drained:
+                logger.warning("%d request(s) still queued at shutdown", self.queue.depth)
+        await grpc.stop(grace=max(0.0, min(2.0, deadline - time.monotonic())))
+        uv.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(http_task, max(0.1, deadline - time.monotonic()))
+        if self.flusher is not None and not fatal:
+            flushed = await loop.run_in_executor(
+                None, self.flusher.shutdown, max(0.1, deadline - time.monotonic())
+            )
+            if not flushed:
+                logger.warning("final flush incomplete; the WAL keeps the rest for replay")
+        if self.wal is not None:
+            try:
+                await loop.run_in_executor(
+                    None, self.wal.shutdown, max(0.1, deadline - time.monotonic())
+                )
+            except Exception:
+                logger.exception("closing the WAL failed")
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        if fatal:
+            logger.critical("exiting after a fatal WAL error: %s", self._fatal_error)
+            return EXIT_FATAL
+        logger.info("stopped")
+        return EXIT_OK
+
+
+def serve(config: Config) -> int:
+    """Run the server until SIGTERM; returns the process exit code."""
+    return asyncio.run(ServerRuntime(config).run())

@@ -1,0 +1,150 @@
+"""The in-memory snapshot: acknowledged rows not yet committed to a Delta table.
+
+Batches are appended only from the WAL's ``on_durable`` callback (and from
+replay at startup), so each table's list is in LSN order. A query copies the
+list references under the lock (:meth:`Snapshot.batches`); the flusher takes
+everything up to an LSN (:meth:`Snapshot.take`) and, once committed, drops it
+(:meth:`Snapshot.drop_through`). Nothing slow happens under the lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+
+import pyarrow as pa
+
+from shoal.query.source import LsnBatch
+
+
+@dataclasses.dataclass
+class _TableBuffer:
+    batches: list[LsnBatch] = dataclasses.field(default_factory=list)
+    added_at: list[float] = dataclasses.field(default_factory=list)
+    sizes: list[int] = dataclasses.field(default_factory=list)
+    rows: int = 0
+    nbytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotStats:
+    rows: int
+    bytes: int
+    batches: int
+    oldest_age_s: float
+    last_lsn: int
+
+
+class Snapshot:
+    """Implements :class:`shoal.query.source.SnapshotSource`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tables: dict[tuple[str, str], _TableBuffer] = {}
+        self._last_lsn = 0
+        self._rows = 0
+        self._bytes = 0
+
+    # -- writers ---------------------------------------------------------------
+
+    def add(self, tenant: str, table: str, lsn: int, data: pa.Table) -> None:
+        self.add_many([(lsn, (tenant, table, data))])
+
+    def add_many(self, records: Iterable[tuple[int, tuple[str, str, pa.Table]]]) -> None:
+        """Append durable records in LSN order (the WAL's ``on_durable`` callback)."""
+        prepared = []
+        now = time.monotonic()
+        for lsn, (tenant, table, data) in records:
+            batches = data.to_batches()
+            prepared.append((lsn, tenant, table, batches, [b.nbytes for b in batches]))
+        with self._lock:
+            for lsn, tenant, table, batches, sizes in prepared:
+                buf = self._tables.get((tenant, table))
+                if buf is None:
+                    buf = self._tables[(tenant, table)] = _TableBuffer()
+                for batch, size in zip(batches, sizes, strict=True):
+                    buf.batches.append(LsnBatch(lsn, batch))
+                    buf.added_at.append(now)
+                    buf.sizes.append(size)
+                    buf.rows += batch.num_rows
+                    buf.nbytes += size
+                    self._rows += batch.num_rows
+                    self._bytes += size
+                if lsn > self._last_lsn:
+                    self._last_lsn = lsn
+
+    def note_lsn(self, lsn: int) -> None:
+        """Raise ``last_lsn`` to at least ``lsn`` (replay of already-committed records)."""
+        with self._lock:
+            self._last_lsn = max(self._last_lsn, lsn)
+
+    def take(self) -> tuple[int, dict[tuple[str, str], list[LsnBatch]]]:
+        """``(L, batches)``: the last LSN and every table's batches up to it, atomically."""
+        with self._lock:
+            return self._last_lsn, {
+                key: list(buf.batches) for key, buf in self._tables.items() if buf.batches
+            }
+
+    def drop_through(self, tenant: str, table: str, lsn: int) -> int:
+        """Drop a table's batches with LSN <= ``lsn`` (after their commit); returns rows dropped."""
+        with self._lock:
+            buf = self._tables.get((tenant, table))
+            if buf is None:
+                return 0
+            cut = 0
+            while cut < len(buf.batches) and buf.batches[cut].lsn <= lsn:
+                cut += 1
+            rows = int(sum(b.batch.num_rows for b in buf.batches[:cut]))
+            nbytes = sum(buf.sizes[:cut])
+            del buf.batches[:cut], buf.added_at[:cut], buf.sizes[:cut]
+            buf.rows -= rows
+            buf.nbytes -= nbytes
+            self._rows -= rows
+            self._bytes -= nbytes
+            if not buf.batches:
+                del self._tables[(tenant, table)]
+            return rows
+
+    # -- readers ---------------------------------------------------------------
+
+    def batches(self, tenant: str) -> Mapping[str, Sequence[LsnBatch]]:
+        with self._lock:
+            return {
+                table: list(buf.batches)
+                for (owner, table), buf in self._tables.items()
+                if owner == tenant
+            }
+
+    def last_lsn(self) -> int:
+        with self._lock:
+            return self._last_lsn
+
+    def tenants(self) -> list[str]:
+        with self._lock:
+            return sorted({tenant for tenant, _ in self._tables})
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    def oldest_age_s(self) -> float:
+        with self._lock:
+            oldest = min((buf.added_at[0] for buf in self._tables.values()), default=None)
+        return 0.0 if oldest is None else time.monotonic() - oldest
+
+    def stats(self) -> SnapshotStats:
+        with self._lock:
+            oldest = min((buf.added_at[0] for buf in self._tables.values()), default=None)
+            return SnapshotStats(
+                rows=self._rows,
+                bytes=self._bytes,
+                batches=sum(len(b.batches) for b in self._tables.values()),
+                oldest_age_s=0.0 if oldest is None else time.monotonic() - oldest,
+                last_lsn=self._last_lsn,
+            )

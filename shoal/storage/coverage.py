@@ -1,0 +1,227 @@
+"""Coverage: roaring bitmaps of the time buckets that hold data.
+
+A bucket is ``floor(time_us / (bucket_s * 1e6))``: bucket 0 starts at the
+epoch. Each data file of a table has one coverage file, written and fsynced
+before the commit that adds the data file, holding a bitmap for the whole
+file and one per series (the value of the table's series column as text;
+null is the empty string).
+
+File format (little endian)::
+
+    b"SHCOV1\\n"  u32 header_len  header (JSON)  bitmaps...  u32 crc32
+
+The header is ``{"bucket_s": int, "sizes": [int, ...], "series": [str, ...]}``;
+``sizes[0]`` is the length of the serialized whole-file bitmap, ``sizes[i+1]``
+that of ``series[i]``. The CRC covers every byte before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import itertools
+import json
+import os
+import struct
+import zlib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap, FrozenBitMap
+
+from shoal.errors import StorageError
+from shoal.storage import faults
+
+MAGIC = b"SHCOV1\n"
+_U32 = struct.Struct("<I")
+MAX_BUCKET = 2**32 - 1
+
+
+class CoverageFormatError(StorageError):
+    """A coverage file is damaged or not a coverage file."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Coverage:
+    """The buckets one file (or a union of files) covers, overall and per series."""
+
+    bucket_s: int
+    buckets: FrozenBitMap
+    series: Mapping[str, FrozenBitMap]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Coverage):
+            return NotImplemented
+        return (
+            self.bucket_s == other.bucket_s
+            and self.buckets == other.buckets
+            and dict(self.series) == dict(other.series)
+        )
+
+
+def series_keys(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """A series column as text keys (null becomes the empty string)."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        arr = pc.cast(arr, pa.string())
+    return pc.fill_null(pc.cast(arr, pa.string()), "")
+
+
+def to_buckets(time_us: np.ndarray[Any, np.dtype[np.int64]], bucket_s: int) -> np.ndarray[Any, Any]:
+    """Bucket numbers of microsecond times; raises for times before 1970 or too far ahead."""
+    buckets = time_us // (bucket_s * 1_000_000)
+    if buckets.size and (buckets.min() < 0 or buckets.max() > MAX_BUCKET):
+        raise StorageError(
+            f"time outside the range coverage can record with {bucket_s}s buckets "
+            "(1970 onwards, 2^32 buckets)"
+        )
+    return buckets.astype(np.uint32)
+
+
+def compute(
+    time_us: np.ndarray[Any, np.dtype[np.int64]],
+    series: pa.ChunkedArray | pa.Array | None,
+    bucket_s: int,
+) -> Coverage:
+    """Coverage of rows given their times (µs) and, optionally, their series column."""
+    buckets = to_buckets(time_us, bucket_s)
+    whole = FrozenBitMap(np.unique(buckets))
+    per_series: dict[str, FrozenBitMap] = {}
+    if series is not None and len(buckets):
+        pairs = pa.table({"k": series_keys(series), "b": pa.array(buckets, pa.uint32())})
+        unique = pairs.group_by(["k", "b"], use_threads=False).aggregate([])
+        unique = unique.sort_by([("k", "ascending"), ("b", "ascending")])
+        keys = unique.column("k").to_numpy(zero_copy_only=False)
+        values = unique.column("b").to_numpy()
+        cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+        bounds = [0, *cuts.tolist(), len(keys)]
+        for lo, hi in itertools.pairwise(bounds):
+            per_series[str(keys[lo])] = FrozenBitMap(values[lo:hi])
+    return Coverage(bucket_s, whole, per_series)
+
+
+def union(items: Iterable[Coverage], bucket_s: int) -> Coverage:
+    """The union of several coverages with the same bucket width."""
+    whole = BitMap()
+    per_series: dict[str, BitMap] = {}
+    for cov in items:
+        if cov.bucket_s != bucket_s:
+            raise StorageError(f"coverage bucket {cov.bucket_s}s differs from {bucket_s}s")
+        whole |= cov.buckets
+        for key, bm in cov.series.items():
+            target = per_series.get(key)
+            if target is None:
+                per_series[key] = BitMap(bm)
+            else:
+                target |= bm
+    return Coverage(
+        bucket_s,
+        FrozenBitMap(whole),
+        {k: FrozenBitMap(v) for k, v in per_series.items()},
+    )
+
+
+# -- codec ---------------------------------------------------------------------
+
+
+def encode(cov: Coverage) -> bytes:
+    keys = sorted(cov.series)
+    blobs = [cov.buckets.serialize(), *[cov.series[k].serialize() for k in keys]]
+    header = json.dumps(
+        {"bucket_s": cov.bucket_s, "sizes": [len(b) for b in blobs], "series": keys},
+        separators=(",", ":"),
+    ).encode()
+    body = b"".join([MAGIC, _U32.pack(len(header)), header, *blobs])
+    return body + _U32.pack(zlib.crc32(body))
+
+
+def decode(data: bytes) -> Coverage:
+    if len(data) < len(MAGIC) + 8 or not data.startswith(MAGIC):
+        raise CoverageFormatError("not a coverage file")
+    body, trailer = data[:-4], data[-4:]
+    if _U32.unpack(trailer)[0] != zlib.crc32(body):
+        raise CoverageFormatError("coverage file checksum mismatch")
+    pos = len(MAGIC)
+    (hlen,) = _U32.unpack_from(body, pos)
+    pos += 4
+    try:
+        header = json.loads(body[pos : pos + hlen])
+        bucket_s = int(header["bucket_s"])
+        sizes = [int(s) for s in header["sizes"]]
+        keys = [str(k) for k in header["series"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CoverageFormatError(f"bad coverage header: {exc}") from None
+    pos += hlen
+    if len(sizes) != len(keys) + 1 or pos + sum(sizes) != len(body):
+        raise CoverageFormatError("coverage sizes do not match the file")
+    maps: list[FrozenBitMap] = []
+    for size in sizes:
+        maps.append(FrozenBitMap.deserialize(body[pos : pos + size]))
+        pos += size
+    return Coverage(bucket_s, maps[0], dict(zip(keys, maps[1:], strict=True)))
+
+
+def write(path: Path, cov: Coverage) -> None:
+    """Write a coverage file and fsync it (the caller fsyncs the directory)."""
+    data = encode(cov)
+    half = len(data) // 2
+    with open(path, "wb") as fh:
+        fh.write(data[:half])
+        fh.flush()
+        faults.point("coverage-partial")
+        fh.write(data[half:])
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read(path: Path) -> Coverage:
+    return decode(path.read_bytes())
+
+
+# -- answering questions -------------------------------------------------------
+
+
+def bucket_range(start: dt.datetime, end: dt.datetime, bucket_s: int) -> tuple[int, int]:
+    """Buckets ``[lo, hi)`` that intersect the time range ``[start, end)``."""
+    s_us = to_us(start)
+    e_us = to_us(end)
+    width = bucket_s * 1_000_000
+    lo = max(0, s_us // width)
+    hi = max(lo, -(-e_us // width))
+    return lo, min(hi, MAX_BUCKET + 1)
+
+
+def to_us(value: dt.datetime) -> int:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_us(us: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=us)
+
+
+def runs(bm: BitMap | FrozenBitMap) -> list[tuple[int, int]]:
+    """Maximal runs ``[first, last + 1)`` of consecutive set buckets."""
+    if not bm:
+        return []
+    values = np.asarray(bm.to_array(), dtype=np.int64)
+    cuts = np.flatnonzero(np.diff(values) != 1) + 1
+    starts = values[np.r_[0, cuts]]
+    ends = values[np.r_[cuts - 1, len(values) - 1]] + 1
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def coarsen(bm: BitMap | FrozenBitMap, factor: int) -> BitMap:
+    """Re-bucket to buckets ``factor`` times wider (a wide bucket is covered if any part is)."""
+    if factor == 1:
+        return BitMap(bm)
+    values = np.asarray(bm.to_array(), dtype=np.int64) // factor
+    return BitMap(np.unique(values).astype(np.uint32))

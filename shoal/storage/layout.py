@@ -1,0 +1,279 @@
+"""How shoal lays out and writes Parquet files: the rules in one place.
+
+The flusher, imports that rewrite and the Spark jobs all follow these rules,
+so every file of a table looks the same to a reader:
+
+* a file holds rows of one hour of the time column and lives in
+  ``hour=YYYY-MM-DDTHH/part-<uuid>.parquet`` of an *unpartitioned* Delta table
+  (the directory is layout only; files stay readable on their own, FINDINGS 4);
+* rows sorted by the table's sort columns (series first, then time);
+* zstd, dictionary encoding for string columns, statistics and page indexes,
+  row groups of :data:`ROW_GROUP_ROWS` rows;
+* the Delta add action carries ``stats`` with ``numRecords`` and
+  min/max/nullCount of the time column (and of primitive sort columns).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+import io
+import itertools
+import json
+import math
+import os
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shoal.otlp.schema import TableSpec
+from shoal.storage.durable import fsync_file
+
+HOUR_US = 3_600_000_000
+ROW_GROUP_ROWS = 128 * 1024
+DATA_PAGE_BYTES = 1024 * 1024
+COMPRESSION = "zstd"
+COMPRESSION_LEVEL = 1
+STRING_STATS_PREFIX = 32
+"""Longest string kept in Delta min/max stats (a longer min is cut; a longer max is left out)."""
+
+COVERAGE_DIR = "_coverage"
+IMPORT_DIR = "imported"
+
+_MIN_TIME_US = -(2**63)
+_MAX_TIME_US = 2**63 - 1
+
+
+def hour_index(time_us: int) -> int:
+    """The hour (counted from the epoch) that holds ``time_us``."""
+    return time_us // HOUR_US
+
+
+def hour_dir(hour: int) -> str:
+    """``hour=YYYY-MM-DDTHH`` for an hour index."""
+    start = dt.datetime.fromtimestamp(hour * 3600, tz=dt.UTC)
+    return "hour=" + start.strftime("%Y-%m-%dT%H")
+
+
+def new_file_name() -> str:
+    return f"part-{uuid.uuid4().hex}.parquet"
+
+
+def hour_file_path(hour: int) -> str:
+    """A new relative path for a file holding rows of one hour."""
+    return f"{hour_dir(hour)}/{new_file_name()}"
+
+
+def coverage_path(data_path: str) -> str:
+    """The relative path of the coverage bitmaps of a data file (derived from its path)."""
+    flat = data_path.replace("/", "__")
+    if flat.endswith(".parquet"):
+        flat = flat[: -len(".parquet")]
+    return f"{COVERAGE_DIR}/{flat}.roar"
+
+
+# -- writer properties ---------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=32)
+def _string_leaf_paths(schema: pa.Schema) -> tuple[str, ...]:
+    """Parquet leaf column paths of string type (including inside maps, lists, structs)."""
+    buf = io.BytesIO()
+    pq.write_table(schema.empty_table(), buf)
+    buf.seek(0)
+    pschema = pq.ParquetFile(buf).schema
+    return tuple(
+        pschema.column(i).path
+        for i in range(len(pschema))
+        if pschema.column(i).physical_type == "BYTE_ARRAY"
+    )
+
+
+def writer_options(schema: pa.Schema, sort_columns: Sequence[str] = ()) -> dict[str, Any]:
+    """Keyword arguments for ``pq.ParquetWriter`` / ``pq.write_table``."""
+    sorting = [c for c in sort_columns if c in schema.names]
+    options: dict[str, Any] = {
+        "compression": COMPRESSION,
+        "compression_level": COMPRESSION_LEVEL,
+        "use_dictionary": list(_string_leaf_paths(schema)),
+        "write_statistics": True,
+        "write_page_index": True,
+        "data_page_size": DATA_PAGE_BYTES,
+        "version": "2.6",
+    }
+    if sorting:
+        options["sorting_columns"] = pq.SortingColumn.from_ordering(
+            schema, [(c, "ascending") for c in sorting]
+        )
+    return options
+
+
+def spark_write_options() -> dict[str, str]:
+    """The same rules as Spark ``DataFrameWriter`` options (sort the rows before writing)."""
+    return {
+        "compression": COMPRESSION,
+        "parquet.compression.codec.zstd.level": str(COMPRESSION_LEVEL),
+        "parquet.enable.dictionary": "true",
+        "parquet.page.size": str(DATA_PAGE_BYTES),
+        "parquet.block.size": str(64 * 1024 * 1024),
+        "parquet.page.write-checksum.enabled": "true",
+    }
+
+
+def write_parquet(table: pa.Table, path: Path, spec: TableSpec) -> int:
+    """Write ``table`` (already sorted) to ``path`` with shoal's properties, fsync it.
+
+    Returns the file size. The directory is not fsynced here (callers batch that).
+    """
+    pq.write_table(
+        table,
+        path,
+        row_group_size=ROW_GROUP_ROWS,
+        **writer_options(table.schema, spec.sort_columns),
+    )
+    fsync_file(path)
+    return os.path.getsize(path)
+
+
+# -- statistics ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class FileStats:
+    """What a Delta add action says about a file."""
+
+    rows: int
+    min_time_us: int
+    max_time_us: int
+    min_values: dict[str, Any]
+    max_values: dict[str, Any]
+    null_count: dict[str, int]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "numRecords": self.rows,
+                "minValues": self.min_values,
+                "maxValues": self.max_values,
+                "nullCount": self.null_count,
+            },
+            separators=(",", ":"),
+        )
+
+
+def format_timestamp_us(us: int) -> str:
+    """Delta's JSON text for a timestamp statistic, microsecond precision, UTC."""
+    seconds, micros = divmod(us, 1_000_000)
+    base = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds)
+    return base.strftime("%Y-%m-%dT%H:%M:%S") + f".{micros:06d}Z"
+
+
+def time_as_us(column: pa.ChunkedArray | pa.Array) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """A timestamp column as int64 microseconds (nulls are an error for the caller to check)."""
+    typ = column.type
+    if not pa.types.is_timestamp(typ):
+        raise TypeError(f"time column has type {typ}, expected a timestamp")
+    if typ.unit != "us":
+        column = pc.cast(column, pa.timestamp("us", tz=typ.tz))
+    ints = pc.cast(column, pa.int64())
+    if isinstance(ints, pa.ChunkedArray):
+        ints = ints.combine_chunks() if ints.num_chunks != 1 else ints.chunk(0)
+    return np.asarray(ints.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _stat_value(value: Any, typ: pa.DataType, is_max: bool) -> Any | None:
+    if value is None:
+        return None
+    if pa.types.is_timestamp(typ):
+        return format_timestamp_us(int(value))
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        text = str(value)
+        if len(text) <= STRING_STATS_PREFIX:
+            return text
+        return None if is_max else text[:STRING_STATS_PREFIX]
+    if pa.types.is_floating(typ):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    if pa.types.is_integer(typ) or pa.types.is_boolean(typ):
+        return value
+    return None
+
+
+def compute_stats(table: pa.Table, spec: TableSpec) -> FileStats:
+    """Delta stats for rows about to be written (time column and primitive sort columns)."""
+    time_us = time_as_us(table.column(spec.time_column))
+    if table.num_rows:
+        tmin, tmax = int(time_us.min()), int(time_us.max())
+    else:
+        tmin, tmax = _MAX_TIME_US, _MIN_TIME_US
+    min_values: dict[str, Any] = {}
+    max_values: dict[str, Any] = {}
+    null_count: dict[str, int] = {}
+    columns = [spec.time_column, *[c for c in spec.sort_columns if c != spec.time_column]]
+    for name in columns:
+        if name not in table.schema.names:
+            continue
+        col = table.column(name)
+        typ = col.type
+        if not (pa.types.is_primitive(typ) or pa.types.is_string(typ)):
+            continue
+        null_count[name] = col.null_count
+        if table.num_rows == col.null_count:
+            continue
+        if name == spec.time_column:
+            lo, hi = tmin, tmax
+        elif pa.types.is_timestamp(typ):
+            continue
+        else:
+            mm = pc.min_max(col)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        low = _stat_value(lo, typ, is_max=False)
+        high = _stat_value(hi, typ, is_max=True)
+        if low is not None:
+            min_values[name] = low
+        if high is not None:
+            max_values[name] = high
+    return FileStats(table.num_rows, tmin, tmax, min_values, max_values, null_count)
+
+
+def stats_for_file(path: str | os.PathLike[str], spec: TableSpec) -> FileStats:
+    """Delta add-action stats for an already written Parquet file (reads only the stat columns).
+
+    The Spark jobs call this for each file they write before committing it.
+    """
+    pf = pq.ParquetFile(path)
+    names = pf.schema_arrow.names
+    wanted = [c for c in dict.fromkeys([spec.time_column, *spec.sort_columns]) if c in names]
+    return compute_stats(pf.read(columns=wanted), spec)
+
+
+# -- splitting rows into hourly files -------------------------------------------
+
+
+def split_by_hour(table: pa.Table, spec: TableSpec) -> list[tuple[int, pa.Table]]:
+    """Sort rows by (hour, sort columns) and cut them into one table per hour."""
+    if table.num_rows == 0:
+        return []
+    time_us = time_as_us(table.column(spec.time_column))
+    hours = time_us // HOUR_US
+    keys = [c for c in spec.sort_columns if c in table.schema.names]
+    if not keys:
+        keys = [spec.time_column]
+    sort_input = table.select(keys).append_column("__hour", pa.array(hours, pa.int64()))
+    order = pc.sort_indices(
+        sort_input, sort_keys=[("__hour", "ascending"), *[(k, "ascending") for k in keys]]
+    )
+    order_np = order.to_numpy()
+    if not np.all(order_np[1:] > order_np[:-1]):
+        table = table.take(order)
+        hours = hours[order_np]
+    cuts = np.flatnonzero(np.diff(hours)) + 1
+    bounds = [0, *cuts.tolist(), table.num_rows]
+    return [(int(hours[lo]), table.slice(lo, hi - lo)) for lo, hi in itertools.pairwise(bounds)]

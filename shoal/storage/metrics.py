@@ -1,0 +1,37 @@
+"""What the storage layer reports; the server adapts it to Prometheus."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class StorageMetrics(Protocol):
+    def commit_done(
+        self, tenant: str, table: str, operation: str, seconds: float, rows: int, files: int
+    ) -> None:
+        """One commit landed: its operation (flush, import, compact, ...), duration and size."""
+        ...
+
+    def commit_retry(self, tenant: str, table: str) -> None:
+        """A commit lost the race for a version to another writer and is retried."""
+        ...
+
+    def checkpoint_done(self, tenant: str, table: str, seconds: float) -> None:
+        """A Delta checkpoint was written."""
+        ...
+
+
+class NoopStorageMetrics:
+    def commit_done(
+        self, tenant: str, table: str, operation: str, seconds: float, rows: int, files: int
+    ) -> None:
+        pass
+
+    def commit_retry(self, tenant: str, table: str) -> None:
+        pass
+
+    def checkpoint_done(self, tenant: str, table: str, seconds: float) -> None:
+        pass
+
+
+NOOP: StorageMetrics = NoopStorageMetrics()

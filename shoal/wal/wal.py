@@ -1,0 +1,286 @@
+"""The write-ahead log: open (recover), append, replay, truncate, shut down."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from types import TracebackType
+
+from shoal.config import MiB
+from shoal.errors import (
+    ConfigError,
+    RecordTooLargeError,
+    WalCorruptionError,
+    WalError,
+    WalFatalError,
+)
+from shoal.wal.codec import MAX_RTYPE, MIN_RTYPE
+from shoal.wal.fileops import OS_FILE_OPS, FileOps
+from shoal.wal.metrics import NOOP_METRICS, WalMetrics
+from shoal.wal.recovery import POLICIES, RecoveryReport, recover
+from shoal.wal.replay import WalRecord, read_records
+from shoal.wal.segment import ActiveSegment, SegmentSet, create_segment, open_segment
+from shoal.wal.writer import FsyncPolicy, OnDurable, Writer
+
+logger = logging.getLogger(__name__)
+
+LOCK_FILE = "LOCK"
+
+
+class Wal:
+    """A write-ahead log in one directory of segment files.
+
+    Use :meth:`open`. ``append`` may be called from any thread; one writer
+    thread owns the file. See docs/wal-format.md for the format and the
+    recovery rules.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        writer: Writer,
+        segments: SegmentSet,
+        report: RecoveryReport,
+        max_record_bytes: int,
+        replay_limit: int | None,
+        lock_fd: int,
+    ) -> None:
+        self._directory = directory
+        self._writer = writer
+        self._segments = segments
+        self._report = report
+        self._max_record_bytes = max_record_bytes
+        self._replay_limit = replay_limit
+        self._lock_fd: int | None = lock_fd
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path | str,
+        *,
+        fsync: str = "always",
+        segment_bytes: int = 64 * MiB,
+        max_record_bytes: int = 128 * MiB,
+        corruption_policy: str = "skip-segment",
+        metrics: WalMetrics = NOOP_METRICS,
+        on_durable: OnDurable | None = None,
+        file_ops: FileOps | None = None,
+        min_next_lsn: int = 1,
+    ) -> Wal:
+        """Recover the log in ``directory`` (created if missing) and start the writer.
+
+        Torn tails are cut; damaged segments are copied to ``<name>.broken``,
+        logged at ERROR and counted, then ``corruption_policy`` applies:
+        ``skip-segment`` replays the valid prefix of a damaged segment and
+        continues with the next one; ``stop`` replays nothing after the damage
+        and refuses appends (:class:`WalCorruptionError`) until an operator
+        has dealt with it. ``min_next_lsn`` raises the first LSN handed out
+        (for a caller that knows higher LSNs were already used, for example
+        committed to a table).
+
+        ``on_durable`` is called by the writer thread with ``[(lsn, tag), ...]``
+        in LSN order once a group is durable (written, under policies
+        interval and never), before the group's futures resolve. It must be
+        quick and must not raise: if it raises, the WAL treats it as fatal.
+        """
+        policy = FsyncPolicy.parse(fsync)
+        if corruption_policy not in POLICIES:
+            raise ConfigError(
+                f"WAL corruption policy must be one of {', '.join(POLICIES)}, "
+                f"got {corruption_policy!r}"
+            )
+        if segment_bytes < 4096:
+            raise ConfigError(f"WAL segment size must be at least 4096 bytes, got {segment_bytes}")
+        if not 0 < max_record_bytes < 2**32:
+            raise ConfigError(f"WAL max record size must be in 1..2^32-1, got {max_record_bytes}")
+        ops = file_ops if file_ops is not None else OS_FILE_OPS
+        path = Path(directory)
+        if not path.is_dir():
+            path.mkdir(parents=True, exist_ok=True)
+            ops.fsync_dir(str(path.parent))
+        lock_fd = _lock_directory(path)
+        try:
+            return cls._open_locked(
+                path, policy, segment_bytes, max_record_bytes, corruption_policy,
+                metrics, on_durable, ops, min_next_lsn, lock_fd,
+            )  # fmt: skip
+        except BaseException:
+            os.close(lock_fd)
+            raise
+
+    @classmethod
+    def _open_locked(
+        cls,
+        path: Path,
+        policy: FsyncPolicy,
+        segment_bytes: int,
+        max_record_bytes: int,
+        corruption_policy: str,
+        metrics: WalMetrics,
+        on_durable: OnDurable | None,
+        ops: FileOps,
+        min_next_lsn: int,
+        lock_fd: int,
+    ) -> Wal:
+        try:
+            found = recover(path, ops, corruption_policy, max_record_bytes, metrics)
+        except OSError as exc:
+            raise WalFatalError(f"cannot recover the WAL in {path}: {exc}") from exc
+        report = found.report
+        next_lsn = max(found.max_lsn + 1, min_next_lsn, 1)
+        segments = SegmentSet(ops, path, found.metas)
+        refuse: WalCorruptionError | None = None
+        active: ActiveSegment | None = None
+        if corruption_policy == "stop" and report.damaged:
+            first = report.damaged[0]
+            refuse = WalCorruptionError(
+                first.name,
+                first.valid_end,
+                f"{first.reason}; policy stop refuses appends until the damage is dealt with "
+                "(see `shoal wal verify`)",
+            )
+        else:
+            try:
+                last = found.last
+                if last is not None and next_lsn == last.last_lsn + 1:
+                    active = open_segment(ops, found.metas[-1])
+                else:
+                    # The header's previous LSN lets the next open check that
+                    # nothing is missing between the last segment and this one.
+                    prev = last.last_lsn if last is not None else next_lsn - 1
+                    active = create_segment(ops, path, next_lsn, prev)
+                    segments.add(active.meta)
+            except OSError as exc:
+                raise WalFatalError(f"cannot open the WAL for appending: {exc}") from exc
+        writer = Writer(
+            ops=ops,
+            segments=segments,
+            active=active,
+            next_lsn=next_lsn,
+            policy=policy,
+            segment_bytes=segment_bytes,
+            metrics=metrics,
+            on_durable=on_durable,
+            refuse=refuse,
+        )
+        wal = cls(
+            path,
+            writer=writer,
+            segments=segments,
+            report=report,
+            max_record_bytes=max_record_bytes,
+            replay_limit=report.stopped_after_lsn,
+            lock_fd=lock_fd,
+        )
+        writer.start()
+        logger.info(
+            "WAL %s opened: %d segment(s), %d record(s) to replay, next LSN %d%s",
+            path,
+            len(found.metas),
+            report.records_kept,
+            next_lsn,
+            "" if report.clean else f", {len(report.damaged)} damaged segment(s)",
+        )
+        return wal
+
+    # -- appending ---------------------------------------------------------------
+
+    def append(self, payload: bytes, *, rtype: int = 1, tag: object = None) -> Future[int]:
+        """Queue one record; the future resolves to its LSN once it is durable.
+
+        Raises :class:`RecordTooLargeError` at once for an oversized payload,
+        :class:`WalClosedError` after shutdown and :class:`WalFatalError` after
+        a failed fsync. The future fails with :class:`WalAppendError` when the
+        write failed (ENOSPC, short write) and with :class:`WalFatalError`
+        when the fsync did. ``payload`` must not change until then.
+        """
+        if not MIN_RTYPE <= rtype <= MAX_RTYPE:
+            raise ValueError(f"record type must be in {MIN_RTYPE}..{MAX_RTYPE}, got {rtype}")
+        if len(payload) > self._max_record_bytes:
+            raise RecordTooLargeError(len(payload), self._max_record_bytes)
+        return self._writer.submit(payload, rtype, tag)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Return once everything appended so far is fsynced (whatever the policy)."""
+        self._writer.flush(timeout)
+
+    # -- reading -----------------------------------------------------------------
+
+    def replay(self, after_lsn: int = 0) -> Iterator[WalRecord]:
+        """Acknowledged records with LSN above ``after_lsn``, in LSN order.
+
+        Works while the log is open and appended to; it reads what was
+        acknowledged when each segment is reached.
+        """
+        metas = self._segments.snapshot()
+        return read_records(metas, after_lsn, self._replay_limit, self._max_record_bytes)
+
+    def truncate_before(self, lsn: int) -> int:
+        """Remove whole segments whose records all have LSNs below ``lsn``.
+
+        The last segment always stays (it carries the LSN to continue from).
+        Returns how many segments were removed; the directory is fsynced.
+        """
+        try:
+            return self._segments.truncate_before(lsn)
+        except OSError as exc:
+            raise WalError(f"removing WAL segments below LSN {lsn} failed: {exc}") from exc
+
+    # -- state -------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def last_lsn(self) -> int:
+        """The last LSN handed out (0 for an empty, new log)."""
+        return self._writer.last_lsn
+
+    @property
+    def recovery_report(self) -> RecoveryReport:
+        return self._report
+
+    @property
+    def fatal_error(self) -> WalFatalError | None:
+        """The error that stopped the WAL, if one did."""
+        return self._writer.fatal
+
+    def segment_count(self) -> int:
+        return len(self._segments.snapshot())
+
+    # -- closing -----------------------------------------------------------------
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Refuse new appends, write and fsync what is queued, close the files."""
+        if self._writer.shutdown(timeout) and self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> Wal:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+
+def _lock_directory(path: Path) -> int:
+    """Hold an exclusive lock so two processes never append to one log."""
+    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise WalError(f"WAL directory {path} is in use by another process") from exc
+    return fd
+

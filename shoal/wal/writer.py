@@ -1,0 +1,355 @@
+"""The writer thread: the only owner of the active segment's file handle.
+
+Appenders put records on a queue and get a ``concurrent.futures.Future``.
+The thread takes everything waiting at once (group commit), writes it with
+one ``pwritev`` per segment, fsyncs per the policy, tells ``on_durable`` and
+only then resolves the futures with their LSNs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from shoal.errors import (
+    ConfigError,
+    WalAppendError,
+    WalClosedError,
+    WalCorruptionError,
+    WalError,
+    WalFatalError,
+)
+from shoal.wal.codec import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE, encode_frame_header
+from shoal.wal.fileops import Buffer, FileOps
+from shoal.wal.metrics import WalMetrics
+from shoal.wal.segment import ActiveSegment, SegmentSet, create_segment
+
+logger = logging.getLogger(__name__)
+
+OnDurable = Callable[[Sequence[tuple[int, object]]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class FsyncPolicy:
+    """``always`` (fsync before ack), ``interval`` (ack after write, fsync every
+    ``interval_s``) or ``never`` (ack after write, fsync only on rotation,
+    flush and shutdown)."""
+
+    mode: str
+    interval_s: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> FsyncPolicy:
+        value = text.strip().lower()
+        if value in ("always", "never"):
+            return cls(value)
+        if value.startswith("interval:"):
+            try:
+                ms = int(value.split(":", 1)[1])
+            except ValueError:
+                ms = 0
+            if ms > 0:
+                return cls("interval", ms / 1000.0)
+        raise ConfigError(f"WAL fsync policy must be always, never or interval:<ms>, got {text!r}")
+
+
+class _Append:
+    __slots__ = ("future", "payload", "rtype", "tag")
+
+    def __init__(self, payload: bytes, rtype: int, tag: object, future: Future[int]) -> None:
+        self.payload = payload
+        self.rtype = rtype
+        self.tag = tag
+        self.future = future
+
+
+class _Control:
+    __slots__ = ("future", "stop")
+
+    def __init__(self, stop: bool) -> None:
+        self.stop = stop
+        self.future: Future[None] = Future()
+        self.future.set_running_or_notify_cancel()
+
+
+class _Fatal(Exception):
+    def __init__(self, error: WalFatalError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class Writer:
+    """Group-commit writer thread over a :class:`SegmentSet`."""
+
+    def __init__(
+        self,
+        *,
+        ops: FileOps,
+        segments: SegmentSet,
+        active: ActiveSegment | None,
+        next_lsn: int,
+        policy: FsyncPolicy,
+        segment_bytes: int,
+        metrics: WalMetrics,
+        on_durable: OnDurable | None,
+        refuse: WalCorruptionError | None = None,
+    ) -> None:
+        self._ops = ops
+        self._segments = segments
+        self._active = active
+        self._next_lsn = next_lsn
+        self._policy = policy
+        self._segment_bytes = segment_bytes
+        self._metrics = metrics
+        self._on_durable = on_durable
+        self._refuse = refuse
+        self._cond = threading.Condition()
+        self._queue: list[_Append | _Control] = []
+        self._closed = False
+        self._fatal: WalFatalError | None = None
+        self._unsynced_since = 0.0
+        self._thread = threading.Thread(target=self._run, name="shoal-wal-writer", daemon=True)
+
+    # -- called from any thread ------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def last_lsn(self) -> int:
+        """The LSN of the last record written (durable under policy always)."""
+        return self._next_lsn - 1
+
+    @property
+    def fatal(self) -> WalFatalError | None:
+        return self._fatal
+
+    def _check_open(self) -> None:
+        if self._fatal is not None:
+            raise WalFatalError(f"the WAL stopped after a fatal error: {self._fatal}")
+        if self._closed:
+            raise WalClosedError("the WAL is shut down")
+        if self._refuse is not None:
+            damage = self._refuse
+            raise WalCorruptionError(damage.segment, damage.offset, damage.reason)
+
+    def submit(self, payload: bytes, rtype: int, tag: object) -> Future[int]:
+        future: Future[int] = Future()
+        future.set_running_or_notify_cancel()  # an acknowledgement cannot be cancelled
+        item = _Append(payload, rtype, tag, future)
+        with self._cond:
+            self._check_open()
+            self._queue.append(item)
+            if len(self._queue) == 1:
+                self._cond.notify()
+        return future
+
+    def flush(self, timeout: float | None) -> None:
+        control = _Control(stop=False)
+        with self._cond:
+            if self._fatal is not None or self._closed:
+                self._check_open()
+            self._queue.append(control)
+            self._cond.notify()
+        control.future.result(timeout)
+
+    def shutdown(self, timeout: float) -> bool:
+        """Stop accepting appends, drain, fsync, close. True if the thread ended."""
+        with self._cond:
+            if not self._closed:
+                self._closed = True
+                if self._fatal is None and self._thread.is_alive():
+                    self._queue.append(_Control(stop=True))
+                    self._cond.notify()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            logger.warning("WAL writer did not stop within %.1f s", timeout)
+            return False
+        return True
+
+    # -- the writer thread -----------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:
+            logger.exception("WAL writer thread failed")
+            self._go_fatal(WalFatalError(f"WAL writer thread failed: {exc!r}"), [])
+
+    def _take(self) -> list[_Append | _Control]:
+        with self._cond:
+            while not self._queue:
+                timeout = self._sync_timeout()
+                if timeout is not None and timeout <= 0:
+                    break
+                self._cond.wait(timeout)
+            batch, self._queue = self._queue, []
+        return batch
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._take()
+            pos = 0
+            try:
+                while pos < len(batch):
+                    item = batch[pos]
+                    if isinstance(item, _Control):
+                        pos += 1
+                        self._sync_active()
+                        if item.stop:
+                            self._close_active()
+                            item.future.set_result(None)
+                            return
+                        item.future.set_result(None)
+                        continue
+                    run: list[_Append] = []
+                    while pos < len(batch):
+                        nxt = batch[pos]
+                        if not isinstance(nxt, _Append):
+                            break
+                        run.append(nxt)
+                        pos += 1
+                    fatal = self._commit(run)
+                    if fatal is not None:
+                        raise _Fatal(fatal)
+                timeout = self._sync_timeout()
+                if timeout is not None and timeout <= 0:
+                    self._sync_active()
+            except _Fatal as exc:
+                self._go_fatal(exc.error, batch[pos:])
+                return
+
+    def _sync_timeout(self) -> float | None:
+        active = self._active
+        if self._policy.mode != "interval" or active is None or not active.unsynced:
+            return None
+        return self._unsynced_since + self._policy.interval_s - time.monotonic()
+
+    def _sync_active(self) -> None:
+        active = self._active
+        if active is None or not active.unsynced:
+            return
+        try:
+            active.sync()
+        except OSError as exc:
+            raise _Fatal(WalFatalError(f"fsync of {active.meta.path.name} failed: {exc}")) from exc
+
+    def _close_active(self) -> None:
+        if self._active is not None:
+            self._active.close()
+            self._active = None
+
+    def _segment_for(self, frame_size: int) -> ActiveSegment:
+        """The segment the next frame goes to, rotating when it would not fit."""
+        seg = self._active
+        if (
+            seg is not None
+            and not seg.poisoned
+            and (
+                seg.written == SEGMENT_HEADER_SIZE
+                or seg.written + frame_size <= self._segment_bytes
+            )
+        ):
+            return seg
+        self._sync_active()  # raises _Fatal
+        lsn = self._next_lsn
+        new = create_segment(self._ops, self._segments.directory, lsn, lsn - 1)
+        self._close_active()
+        self._active = new
+        self._segments.add(new.meta)
+        logger.debug("WAL rotated to %s", new.meta.path.name)
+        return new
+
+    def _commit(self, items: list[_Append]) -> WalFatalError | None:
+        """Write, fsync and acknowledge ``items``; return the fatal error, if one happened."""
+        durable: list[tuple[int, _Append]] = []
+        failure: WalError | None = None
+        fatal: WalFatalError | None = None
+        always = self._policy.mode == "always"
+        count = len(items)
+        i = 0
+        while i < count:
+            try:
+                seg = self._segment_for(FRAME_HEADER_SIZE + len(items[i].payload))
+            except _Fatal as exc:
+                fatal = exc.error
+                break
+            except OSError as exc:
+                failure = WalAppendError(f"cannot start a new WAL segment: {exc}")
+                break
+            room = self._segment_bytes - seg.written
+            lsn = self._next_lsn
+            buffers: list[Buffer] = []
+            nbytes = 0
+            j = i
+            while j < count:
+                item = items[j]
+                size = FRAME_HEADER_SIZE + len(item.payload)
+                if nbytes and nbytes + size > room:
+                    break
+                buffers.append(encode_frame_header(lsn + j - i, item.rtype, item.payload))
+                buffers.append(item.payload)
+                nbytes += size
+                j += 1
+            was_unsynced = seg.unsynced
+            try:
+                seg.write(buffers, nbytes)
+            except OSError as exc:
+                failure = WalAppendError(f"write to {seg.meta.path.name} failed: {exc}")
+                break
+            fsync_seconds = 0.0
+            if always:
+                started = time.monotonic()
+                try:
+                    seg.sync()
+                except OSError as exc:
+                    fatal = WalFatalError(f"fsync of {seg.meta.path.name} failed: {exc}")
+                    break
+                fsync_seconds = time.monotonic() - started
+            elif not was_unsynced:
+                self._unsynced_since = time.monotonic()
+            seg.meta.end = seg.written
+            self._next_lsn = lsn + j - i
+            self._metrics.group_committed(j - i, nbytes, fsync_seconds)
+            durable.extend(zip(range(lsn, lsn + j - i), items[i:j], strict=True))
+            i = j
+        if durable and self._on_durable is not None:
+            try:
+                self._on_durable([(lsn, item.tag) for lsn, item in durable])
+            except Exception as exc:
+                logger.exception("WAL on_durable callback raised; the WAL stops")
+                fatal = fatal or WalFatalError(f"on_durable callback raised: {exc!r}")
+                items = [item for _lsn, item in durable] + items[i:]
+                durable, i, count = [], 0, len(items)
+        for lsn, item in durable:
+            item.future.set_result(lsn)
+        if i < count:
+            error: WalError = fatal or failure or WalAppendError("append failed")
+            for item in items[i:]:
+                item.future.set_exception(error)
+            self._metrics.append_failed("fatal" if fatal is not None else "io", count - i)
+            if fatal is None:
+                logger.warning("WAL append of %d record(s) failed: %s", count - i, failure)
+        return fatal
+
+    def _go_fatal(self, error: WalFatalError, leftovers: Sequence[_Append | _Control]) -> None:
+        logger.error("WAL is stopping: %s", error)
+        with self._cond:
+            self._fatal = error
+            queued, self._queue = self._queue, []
+        failed = 0
+        for item in [*leftovers, *queued]:
+            if isinstance(item, _Append):
+                item.future.set_exception(error)
+                failed += 1
+            elif item.stop:
+                item.future.set_result(None)
+            else:
+                item.future.set_exception(error)
+        if failed:
+            self._metrics.append_failed("fatal", failed)
+        self._close_active()

@@ -1,0 +1,44 @@
+"""The snapshot: LSN order, atomic take, drop after commit, stats."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from shoal.server.snapshot import Snapshot
+
+
+def _rows(n: int, start: int = 0) -> pa.Table:
+    return pa.table({"x": pa.array(range(start, start + n), pa.int64())})
+
+
+def test_add_take_drop() -> None:
+    snap = Snapshot()
+    snap.add_many([(1, ("a", "metrics", _rows(3))), (2, ("a", "logs", _rows(2)))])
+    snap.add("b", "metrics", 3, _rows(4))
+    assert snap.last_lsn() == 3
+    assert snap.rows == 9 and snap.bytes > 0
+    assert {t: [b.lsn for b in bs] for t, bs in snap.batches("a").items()} == {
+        "metrics": [1],
+        "logs": [2],
+    }
+    lsn, parts = snap.take()
+    assert lsn == 3 and set(parts) == {("a", "metrics"), ("a", "logs"), ("b", "metrics")}
+    snap.add("a", "metrics", 4, _rows(5, 100))  # arrives while the flush runs
+    assert snap.drop_through("a", "metrics", lsn) == 3
+    assert [b.lsn for b in snap.batches("a")["metrics"]] == [4]
+    assert snap.drop_through("a", "logs", lsn) == 2
+    assert snap.drop_through("b", "metrics", lsn) == 4
+    assert snap.rows == 5
+    assert snap.tenants() == ["a"]
+    stats = snap.stats()
+    assert stats.rows == 5 and stats.batches == 1 and stats.last_lsn == 4
+    assert stats.oldest_age_s >= 0
+
+
+def test_note_lsn_and_empty_stats() -> None:
+    snap = Snapshot()
+    snap.note_lsn(7)
+    assert snap.last_lsn() == 7
+    assert snap.take() == (7, {})
+    assert snap.oldest_age_s() == 0.0
+    assert snap.batches("nobody") == {}
