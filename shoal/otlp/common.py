@@ -46,12 +46,13 @@ class Scopes:
     """Per instrumentation scope (all resources flattened): its children and columns."""
 
     items: pa.Array  # the scope-level structs (ScopeMetrics / ScopeLogs / ScopeSpans)
-    columns: dict[str, pa.Array]
+    columns: pa.Table
     resource_hash: U64
 
-    def take(self, indices: I64) -> dict[str, pa.Array]:
-        idx = pa.array(indices, type=pa.int64())
-        return {name: column.take(idx) for name, column in self.columns.items()}
+    def take(self, indices: I64) -> dict[str, pa.ChunkedArray]:
+        """The resource and scope columns for rows belonging to the given scopes."""
+        rows = self.columns.take(pa.array(indices, type=pa.int64()))
+        return dict(zip(rows.column_names, rows.columns, strict=True))
 
 
 def _text_or_null(strings: pa.Array) -> pa.Array:
@@ -86,7 +87,7 @@ def scopes(request: pa.StructArray, resource_field: str, scope_field: str) -> Sc
         "scope_schema_url": _text_or_null(items.field("schema_url")),
     }
     resource_hash = r_attrs.set_hash[parent] if len(parent) else np.zeros(0, np.uint64)
-    return Scopes(items, columns, resource_hash)
+    return Scopes(items, pa.table(columns), resource_hash)
 
 
 def text_or_null(strings: pa.Array) -> pa.Array:

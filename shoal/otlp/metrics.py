@@ -7,8 +7,6 @@ exponential histograms, summaries), each group in request order.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,10 +26,8 @@ from shoal.otlp.columns import (
     u64,
 )
 from shoal.otlp.common import (
-    RESOURCE_SCOPE_COLUMNS,
     DecodeResult,
     Rejections,
-    Scopes,
     scopes,
     text_or_null,
 )
@@ -67,15 +63,15 @@ def _counts_list(lists: pa.Array) -> tuple[pa.Array, BOOL]:
 
 
 def _point_columns(
-    kind: str, container: pa.Array, points: pa.Array, owner: I64, rej: Rejections, keep: BOOL
+    kind: str, points: pa.Array, rej: Rejections, keep: BOOL
 ) -> dict[str, pa.Array]:
     cols: dict[str, pa.Array] = {}
-    if kind in ("gauge", "sum"):
+    if kind == "number":
         as_double = points.field("as_double")
         as_int = points.field("as_int")
         no_value = pc.and_(as_double.is_null(), as_int.is_null()).to_numpy(zero_copy_only=False)
         rej.mask("number data point has no value", no_value, keep)
-        cols["value"] = pc.coalesce(as_double, pc.cast(as_int, pa.float64()))
+        cols["value"] = pc.coalesce(as_double, pc.cast(as_int, pa.float64(), safe=False))
         cols["value_int"] = as_int
     else:
         count = u64(points.field("count"))
@@ -114,24 +110,54 @@ def _point_columns(
             quantiles.flatten(),
             type=METRICS_SCHEMA.field("quantile_values").type,
         )
-    if kind in ("sum", "histogram", "exponential_histogram"):
-        temporality = container.field("aggregation_temporality")
-        cols["aggregation_temporality"] = temporality.take(pa.array(owner))
-    if kind == "sum":
-        cols["is_monotonic"] = container.field("is_monotonic").take(pa.array(owner))
     if kind != "summary":
         cols["exemplars"] = exemplars.decode_lists(points.field("exemplars"))
     return cols
 
 
-@dataclasses.dataclass
-class _Part:
-    """The points of one metric type: owning metric index, columns, which to keep."""
+# gauges and sums share NumberDataPoint, so they are flattened together
+_GROUPS = (
+    ("number", ("gauge", "sum")),
+    ("histogram", ("histogram",)),
+    ("exponential_histogram", ("exponential_histogram",)),
+    ("summary", ("summary",)),
+)
+_WITH_TEMPORALITY = ("sum", "histogram", "exponential_histogram")
 
-    owner: I64
-    columns: dict[str, pa.Array]
-    keep: BOOL
-    point_hash: U64
+
+def _metric_level(metrics: pa.Array, metadata: attributes.Attributes) -> tuple[pa.Table, BOOL]:
+    """Per-metric columns, and which metrics have a data field at all."""
+    n = len(metrics)
+    kinds = np.full(n, None, dtype=object)
+    temporality = np.zeros(n, dtype=np.int32)
+    has_temporality = np.zeros(n, dtype=np.bool_)
+    present = np.zeros(n, dtype=np.bool_)
+    for kind in TYPES:
+        container = metrics.field(kind)
+        if container.null_count == n:
+            continue
+        valid = container.is_valid().to_numpy(zero_copy_only=False)
+        kinds[valid] = kind
+        present |= valid
+        if kind in _WITH_TEMPORALITY:
+            values = container.field("aggregation_temporality").fill_null(0)
+            temporality[valid] = values.to_numpy(zero_copy_only=False)[valid]
+            has_temporality |= valid
+    sums = metrics.field("sum")
+    monotonic = pc.if_else(sums.is_valid(), sums.field("is_monotonic"), None)
+    table = pa.table(
+        {
+            "metric_name": metrics.field("name"),
+            "metric_description": text_or_null(metrics.field("description")),
+            "metric_unit": text_or_null(metrics.field("unit")),
+            "metric_type": pa.array(kinds, pa.string()),
+            "aggregation_temporality": pa.array(temporality, mask=~has_temporality),
+            "is_monotonic": monotonic,
+            "metric_metadata": metadata.values,
+            "metric_metadata_types": metadata.types,
+        }
+    )
+    return table, present
 
 
 def decode(request: pa.StructArray) -> DecodeResult:
@@ -141,30 +167,73 @@ def decode(request: pa.StructArray) -> DecodeResult:
     rej = Rejections()
     names = metrics.field("name")
     name_hash = np.array([hash_text(s) for s in names.to_pylist()], dtype=np.uint64)
-    nameless = (pc.equal(names, "")).to_numpy(zero_copy_only=False)
+    nameless = pc.equal(names, "").to_numpy(zero_copy_only=False)
     metadata = attributes.decode_lists(metrics.field("metadata"), "metric metadata")
-    present = np.zeros(len(metrics), dtype=np.bool_)
-    parts: list[_Part] = []
-    for kind in TYPES:
-        container = metrics.field(kind)
-        valid = container.is_valid().to_numpy(zero_copy_only=False)
-        if not valid.any():
+    per_metric, present = _metric_level(metrics, metadata)
+    rej.add("metric has no data field (gauge, sum, histogram, ...)", int((~present).sum()), False)
+    tables: list[pa.Table] = []
+    owners: list[I64] = []
+    hashes: list[U64] = []
+    for group, kinds in _GROUPS:
+        pieces: list[pa.Array] = []
+        piece_owners: list[I64] = []
+        for kind in kinds:
+            container = metrics.field(kind)
+            if container.null_count == len(container):
+                continue
+            # an absent container decodes as a null struct over an empty list, so
+            # flattening the whole column yields exactly the present points
+            lists = container.field("data_points")
+            if container.null_count and pc.any(
+                pc.and_(container.is_null(), pc.greater(pc.list_value_length(lists), 0))
+            ).as_py():
+                lists = pc.if_else(container.is_valid(), lists, pa.scalar([], lists.type))
+            points, owner_of_point = flatten(lists)
+            if len(points):
+                pieces.append(points)
+                piece_owners.append(owner_of_point)
+        if not pieces:
             continue
-        present |= valid
-        chosen = np.nonzero(valid)[0]
-        sub = container.take(pa.array(chosen))
-        points, local_owner = flatten(sub.field("data_points"))
-        if len(points) == 0:
-            continue
-        owner = chosen[local_owner]
+        points = pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
+        owner = piece_owners[0] if len(pieces) == 1 else np.concatenate(piece_owners)
         keep = np.ones(len(points), dtype=np.bool_)
         rej.mask("metric name is empty", nameless[owner], keep)
-        cols = _point_columns(kind, sub, points, local_owner, rej, keep)
-        cols["metric_type"] = pa.array([kind] * len(points), pa.string())
+        cols = _point_columns(group, points, rej, keep)
         point_hash = _common_point_columns(points, rej, keep, cols)
-        parts.append(_Part(owner, cols, keep, point_hash))
-    rej.add("metric has no data field (gauge, sum, histogram, ...)", int((~present).sum()), False)
-    rows = _assemble(parts, metrics, metric_scope, name_hash, metadata, sc)
+        table = pa.table(cols)
+        if not keep.all():
+            table = table.filter(pa.array(keep))
+            owner, point_hash = owner[keep], point_hash[keep]
+        tables.append(table)
+        owners.append(owner)
+        hashes.append(point_hash)
+    if not tables:
+        return DecodeResult(METRICS_SCHEMA.empty_table(), 0, rej.total, rej.messages())
+    points_table = (
+        tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
+    )
+    owner = owners[0] if len(owners) == 1 else np.concatenate(owners)
+    scope_idx = metric_scope[owner]
+    series = series_ids(
+        name_hash[owner], np.concatenate(hashes), sc.resource_hash[scope_idx]
+    )
+    by_metric = per_metric.take(pa.array(owner))
+    by_scope = sc.take(scope_idx)
+    n = len(owner)
+    columns = []
+    for f in METRICS_SCHEMA:
+        if f.name == "series_id":
+            columns.append(series)
+        elif f.name in by_metric.column_names:
+            columns.append(by_metric.column(f.name))
+        elif f.name in by_scope:
+            columns.append(by_scope[f.name])
+        elif f.name in points_table.column_names:
+            column = points_table.column(f.name)
+            columns.append(column if column.type == f.type else column.cast(f.type))
+        else:
+            columns.append(pa.nulls(n, f.type))
+    rows = pa.Table.from_arrays(columns, schema=METRICS_SCHEMA)
     return DecodeResult(rows, rows.num_rows, rej.total, rej.messages())
 
 
@@ -186,60 +255,3 @@ def _common_point_columns(
     cols["attributes_types"] = attrs.types
     cols["flags"] = as_int64(u64(points.field("flags")))
     return attrs.set_hash
-
-
-_METRIC_LEVEL = frozenset(
-    {
-        "metric_name",
-        "metric_description",
-        "metric_unit",
-        "metric_metadata",
-        "metric_metadata_types",
-        "series_id",
-        *RESOURCE_SCOPE_COLUMNS,
-    }
-)
-_POINT_LEVEL = tuple(f for f in METRICS_SCHEMA if f.name not in _METRIC_LEVEL)
-
-
-def _assemble(
-    parts: list[_Part],
-    metrics: pa.Array,
-    metric_scope: I64,
-    name_hash: U64,
-    metadata: attributes.Attributes,
-    sc: Scopes,
-) -> pa.Table:
-    if not parts:
-        return METRICS_SCHEMA.empty_table()
-    owners: list[I64] = []
-    hashes: list[U64] = []
-    chunks: dict[str, list[pa.Array]] = {f.name: [] for f in _POINT_LEVEL}
-    for part in parts:
-        sel = np.nonzero(part.keep)[0]
-        idx = pa.array(sel, type=pa.int64())
-        whole = len(sel) == len(part.keep)
-        owners.append(part.owner[sel])
-        hashes.append(part.point_hash[sel])
-        for f in _POINT_LEVEL:
-            arr = part.columns.get(f.name)
-            if arr is None:
-                chunks[f.name].append(pa.nulls(len(sel), f.type))
-            else:
-                chunks[f.name].append(arr if whole else arr.take(idx))
-    owner = np.concatenate(owners)
-    point_hash = np.concatenate(hashes)
-    columns: dict[str, pa.Array] = {}
-    for f in _POINT_LEVEL:
-        parts_f = [c if c.type == f.type else c.cast(f.type) for c in chunks[f.name]]
-        columns[f.name] = parts_f[0] if len(parts_f) == 1 else pa.concat_arrays(parts_f)
-    scope_idx = metric_scope[owner]
-    o = pa.array(owner, type=pa.int64())
-    columns.update(sc.take(scope_idx))
-    columns["metric_name"] = metrics.field("name").take(o)
-    columns["metric_description"] = text_or_null(metrics.field("description")).take(o)
-    columns["metric_unit"] = text_or_null(metrics.field("unit")).take(o)
-    columns["metric_metadata"] = metadata.values.take(o)
-    columns["metric_metadata_types"] = metadata.types.take(o)
-    columns["series_id"] = series_ids(name_hash[owner], point_hash, sc.resource_hash[scope_idx])
-    return pa.Table.from_arrays([columns[f.name] for f in METRICS_SCHEMA], schema=METRICS_SCHEMA)

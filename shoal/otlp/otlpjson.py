@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import binascii
 import functools
-import json
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -54,21 +54,25 @@ _INT_RANGES = {
     FieldDescriptor.TYPE_ENUM: (-(2**31), 2**31 - 1),
 }
 
-Convert = Callable[[object, str], Any]
+# where: the JSON path for error messages, or None on the first, fast attempt
+Convert = Callable[[object, Any], Any]
 
 
 def to_protobuf(signal: str, body: bytes) -> bytes:
     """Serialized protobuf request equivalent to the OTLP/JSON ``body``."""
     cls = REQUESTS[signal]
     try:
-        obj = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
         raise DecodeError(f"{signal} request is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise DecodeError(f"{signal} request JSON is nested too deeply") from None
     if not isinstance(obj, dict):
         raise DecodeError(f"{signal} request must be a JSON object, got {type(obj).__name__}")
-    kwargs = _converter(cls.DESCRIPTOR)(obj, "")
+    convert = _converter(cls.DESCRIPTOR)
+    try:
+        kwargs = convert(obj, None)
+    except DecodeError:
+        convert(obj, "")  # again, keeping track of the JSON path for the message
+        raise
     try:
         return cls(**kwargs).SerializeToString()
     except (ValueError, TypeError) as exc:
@@ -80,7 +84,9 @@ def _show(raw: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _join(path: str, key: str) -> str:
+def _join(path: str | None, key: str) -> str | None:
+    if path is None:
+        return None
     return f"{path}.{key}" if path else key
 
 
@@ -150,9 +156,11 @@ def _field_converter(field: FieldDescriptor) -> Convert:
     if not _is_repeated(field):
         return one
 
-    def repeated(raw: object, where: str) -> list[Any]:
+    def repeated(raw: object, where: str | None) -> list[Any]:
         if not isinstance(raw, list):
             raise DecodeError(f"{where}: expected a list, got {_show(raw)}")
+        if where is None:
+            return [one(item, None) for item in raw]
         return [one(item, f"{where}[{i}]") for i, item in enumerate(raw)]
 
     return repeated
@@ -163,14 +171,14 @@ def _is_repeated(field: FieldDescriptor) -> bool:
 
 
 def _lazy(descriptor: Descriptor) -> Convert:
-    def convert(raw: object, where: str) -> dict[str, Any]:
+    def convert(raw: object, where: str | None) -> dict[str, Any]:
         return _converter(descriptor)(raw, where)
 
     return convert
 
 
 @functools.cache
-def _converter(descriptor: Descriptor) -> Callable[[object, str], dict[str, Any]]:
+def _converter(descriptor: Descriptor) -> Callable[[object, str | None], dict[str, Any]]:
     table: dict[str, tuple[str, Convert]] = {}
     for field in descriptor.fields:
         if field.name.endswith("_strindex") or field.name == "entity_refs":
@@ -179,7 +187,7 @@ def _converter(descriptor: Descriptor) -> Callable[[object, str], dict[str, Any]
         table[field.json_name] = entry
         table[field.name] = entry
 
-    def convert(raw: object, where: str) -> dict[str, Any]:
+    def convert(raw: object, where: str | None) -> dict[str, Any]:
         if not isinstance(raw, dict):
             raise DecodeError(f"{where or 'request'}: expected an object, got {_show(raw)}")
         out: dict[str, Any] = {}

@@ -75,7 +75,7 @@ def compact_table(
 ) -> CompactResult:
     """Compact one table; safe to run while the server flushes into it."""
     target_bytes = int(config.compact_target_file_bytes)
-    target = WriteTarget(str(table.path), table.spec, target_bytes)
+    target = WriteTarget(str(table.path), table.spec, target_bytes, table.bucket_s)
     planned: dict[str, int] = {}
 
     def attempt(snapshot: TableSnapshot) -> Change | None:

@@ -107,7 +107,9 @@ def rollup_table(
     """Recompute the derived table's hours touched since its recorded progress."""
     current = source.snapshot()
     stats: dict[str, int] = {"hours": 0, "rows": 0}
-    target = WriteTarget(str(derived.path), derived.spec, int(config.compact_target_file_bytes))
+    target = WriteTarget(
+        str(derived.path), derived.spec, int(config.compact_target_file_bytes), derived.bucket_s
+    )
 
     def attempt(snapshot: TableSnapshot) -> Change | None:
         progress = derived.committed_lsn(ROLLUP_APP_ID)

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shoal.otlp.schema import TableSpec
+from shoal.storage import coverage as cov
 from shoal.storage import layout
 from shoal.storage.durable import fsync_dir, fsync_file
 
@@ -55,6 +56,8 @@ class WriteTarget:
     table_dir: str
     spec: TableSpec
     target_file_bytes: int
+    coverage_bucket_s: int | None = None
+    """When set, each file's coverage bitmaps are written beside it, as storage does."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,12 +114,25 @@ class _HourFile:
     def full(self) -> bool:
         return self.abspath.stat().st_size >= self.target.target_file_bytes
 
+    def _write_coverage(self, bucket_s: int) -> None:
+        spec = self.target.spec
+        names = [spec.time_column, *spec.series_columns[:1]]
+        cols = pq.read_table(self.abspath, columns=names)
+        series = cols.column(spec.series_columns[0]) if spec.series_columns else None
+        file_cov = cov.compute(layout.time_as_us(cols.column(spec.time_column)), series, bucket_s)
+        cov_path = Path(self.target.table_dir) / layout.coverage_path(self.relpath)
+        cov_path.parent.mkdir(parents=True, exist_ok=True)
+        cov.write(cov_path, file_cov)
+        fsync_dir(cov_path.parent)
+
     def close(self) -> dict[str, object]:
         self._write_buffer()
         self.writer.close()
         fsync_file(self.abspath)
         fsync_dir(self.abspath.parent)
         stats = layout.stats_for_file(self.abspath, self.target.spec)
+        if self.target.coverage_bucket_s is not None:
+            self._write_coverage(self.target.coverage_bucket_s)
         return {
             "path": self.relpath,
             "hour": self.hour,

@@ -1,1 +1,9 @@
-"""shoal.query."""
+"""shoal.query: tenant-scoped, read-only SQL over the WAL snapshot and committed Parquet.
+
+``QueryService(store, snapshot, config)`` is what the server puts on
+``app.state.query_service``; see :mod:`shoal.query.service`.
+"""
+
+from shoal.query.service import QueryResult, QueryService
+
+__all__ = ["QueryResult", "QueryService"]

@@ -19,11 +19,13 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 from datafusion import DataFrame, RuntimeEnvBuilder, SessionConfig, SessionContext, SQLOptions
 from datafusion.catalog import Table
 
+from shoal.query.coalesce import BatchCoalescer
 from shoal.query.tables import TableInput, TenantView
 
 logger = logging.getLogger(__name__)
@@ -109,14 +111,30 @@ def new_session(memory_bytes: int) -> SessionContext:
     return SessionContext(session_config(), runtime)
 
 
-def build_session(view: TenantView, cache: ParquetViewCache, memory_bytes: int) -> SessionContext:
-    """A session where each of the tenant's tables is Parquet UNION ALL snapshot; nothing else."""
+def build_session(
+    view: TenantView,
+    cache: ParquetViewCache,
+    memory_bytes: int,
+    coalescer: BatchCoalescer | None = None,
+    only: Iterable[str] | None = None,
+) -> SessionContext:
+    """A session where each of the tenant's tables is Parquet UNION ALL snapshot; nothing else.
+
+    ``only`` limits registration to the tables a query names (it can read no others);
+    by default every table of the tenant is registered.
+    """
     ctx = new_session(memory_bytes)
+    wanted = None if only is None else set(only)
     for name, table in view.tables.items():
+        if wanted is not None and name not in wanted:
+            continue
         parquet = cache.get(view.tenant, table)
         frame: DataFrame | None = ctx.read_table(parquet) if parquet is not None else None
         if table.batches:
-            recent = ctx.read_batches(table.batches)
+            batches: Sequence[pa.RecordBatch] = table.batches
+            if coalescer is not None and table.lsns:
+                batches = coalescer.coalesce(view.tenant, name, table.lsns, table.batches)
+            recent = ctx.read_batches(batches)
             frame = recent if frame is None else frame.union(recent)
         if frame is None:
             frame = ctx.read_batches([pa.RecordBatch.from_pylist([], schema=table.schema)])

@@ -138,6 +138,7 @@ def row_cap_message(limits: Limits) -> str:
 
 
 _PREFIX = re.compile(r"^(DataFusion error: )+")
+_MEMORY_MARKERS = ("Resources exhausted", "cannot spill", "Memory Exhausted")
 
 
 def translate(exc: BaseException, limits: Limits) -> QueryError:
@@ -145,6 +146,6 @@ def translate(exc: BaseException, limits: Limits) -> QueryError:
     if isinstance(exc, QueryError):
         return exc
     message = _PREFIX.sub("", str(exc)).strip() or type(exc).__name__
-    if "Resources exhausted" in message:
+    if any(marker in message for marker in _MEMORY_MARKERS):
         return memory_error(limits, message)
     return QueryError(message)

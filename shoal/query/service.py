@@ -35,6 +35,7 @@ from datafusion import RecordBatchStream, SessionContext
 from shoal.config import Config
 from shoal.errors import QueryError, QueryLimitError
 from shoal.query import engine, limits
+from shoal.query.coalesce import BatchCoalescer
 from shoal.query.limits import Limits
 from shoal.query.source import SnapshotSource
 from shoal.query.tables import AsOf, TableCatalog, TenantView, collect_view
@@ -110,17 +111,21 @@ class QueryResult:
         if remaining <= 0:
             self.close()
             raise limits.timeout_error(self._limits)
+        failure: QueryError | None = None
         try:
             item = await asyncio.wait_for(self._stream.__anext__(), remaining)
         except StopAsyncIteration:
             self.close()
             return None
         except TimeoutError:
-            self.close()
-            raise limits.timeout_error(self._limits) from None
+            failure = limits.timeout_error(self._limits)
         except Exception as exc:
+            failure = limits.translate(exc, self._limits)
+        if failure is not None:
+            # Raised outside the except clause so that no traceback (whose frames hold the
+            # DataFusion stream) outlives this call: dropping the stream cancels its work.
             self.close()
-            raise limits.translate(exc, self._limits) from exc
+            raise failure
         batch: pa.RecordBatch = item.to_pyarrow()
         room = self._limits.max_rows - self.rows
         if batch.num_rows > room:
@@ -177,12 +182,15 @@ class QueryService:
         self,
         catalog: TableCatalog,
         snapshot: SnapshotSource | None,
-        limits: Limits | None = None,
+        limits: Limits | Config | None = None,
     ) -> None:
         self.catalog = catalog
         self.snapshot = snapshot
+        if isinstance(limits, Config):
+            limits = limits_from_config(limits)
         self.limits = limits or Limits()
         self.cache = engine.ParquetViewCache()
+        self.coalescer = BatchCoalescer()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.limits.max_concurrency, thread_name_prefix="shoal-query"
         )
@@ -223,7 +231,13 @@ class QueryService:
         return self._slots
 
     def _plan(self, prepared: Prepared) -> tuple[pa.Schema, RecordBatchStream, SessionContext]:
-        ctx = engine.build_session(prepared.view, self.cache, self.limits.memory_bytes)
+        ctx = engine.build_session(
+            prepared.view,
+            self.cache,
+            self.limits.memory_bytes,
+            self.coalescer,
+            only=prepared.tables_read,
+        )
         try:
             frame = ctx.sql_with_options(prepared.sql, engine.sql_options())
             if type(frame.logical_plan().to_variant()).__name__ not in _ROOT_ONLY_PLANS:

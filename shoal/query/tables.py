@@ -79,6 +79,8 @@ class TableInput:
     files: tuple[ScanFile, ...]
     batches: tuple[pa.RecordBatch, ...]
     max_batch_lsn: int
+    lsns: tuple[int, ...] = ()
+    """The WAL LSN of each of ``batches``."""
 
     @property
     def snapshot_rows(self) -> int:
@@ -94,8 +96,13 @@ class TenantView:
     as_of: AsOf | None = None
 
     def tables_named_in(self, sql: str) -> list[TableInput]:
-        """The tables whose names occur as words in ``sql`` (a superset of those it reads)."""
+        """The tables whose names occur as words in ``sql`` (a superset of those it reads).
+
+        A query that lists tables (``information_schema``, ``SHOW``, ``DESCRIBE``) reads them all.
+        """
         words = {w.lower() for w in _words(sql)}
+        if words & _CATALOG_WORDS:
+            return [t for _, t in sorted(self.tables.items())]
         return [t for name, t in sorted(self.tables.items()) if name.lower() in words]
 
     def etag(self, sql: str, variant: str) -> str:
@@ -112,6 +119,9 @@ class TenantView:
         for t in self.tables_named_in(sql):
             h.update(f"\0{t.name}:{t.version}:{t.committed_lsn}:{t.max_batch_lsn}".encode())
         return '"' + h.hexdigest()[:32] + '"'
+
+
+_CATALOG_WORDS = frozenset({"information_schema", "show", "describe", "desc"})
 
 
 def _words(sql: str) -> Iterable[str]:
@@ -191,14 +201,17 @@ def collect_view(
                 except StorageError as exc:
                     raise QueryError(f"time travel: {exc}") from exc
         # 2. Keep only the batches the table's committed LSN does not cover.
-        kept = [b for b in pending.get(name, ()) if b.lsn > snap.committed_lsn]
+        kept = [
+            b for b in pending.get(name, ()) if b.lsn > snap.committed_lsn and b.batch.num_rows
+        ]
         tables[name] = TableInput(
             name=name,
             schema=schema,
             version=snap.version,
             committed_lsn=snap.committed_lsn,
             files=snap.files,
-            batches=tuple(_conform(b.batch, schema, name) for b in kept if b.batch.num_rows),
+            batches=tuple(_conform(b.batch, schema, name) for b in kept),
             max_batch_lsn=max((b.lsn for b in kept), default=0),
+            lsns=tuple(b.lsn for b in kept),
         )
     return TenantView(tenant=tenant, tables=tables, as_of=as_of)

@@ -147,7 +147,8 @@ class Flusher:
         """Stop the thread and run a final flush; True if it committed everything."""
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
         try:
             return self.flush()
         except Exception:

@@ -168,6 +168,31 @@ class FileStats:
         )
 
 
+def parse_stats(text: str, time_column: str) -> FileStats:
+    """Read back a Delta stats JSON text made by :meth:`FileStats.to_json`."""
+    raw = json.loads(text)
+    mins = dict(raw.get("minValues") or {})
+    maxs = dict(raw.get("maxValues") or {})
+    lo = mins.get(time_column)
+    hi = maxs.get(time_column)
+    return FileStats(
+        rows=int(raw["numRecords"]),
+        min_time_us=parse_timestamp_us(lo) if lo else _MIN_TIME_US,
+        max_time_us=parse_timestamp_us(hi) if hi else _MAX_TIME_US,
+        min_values=mins,
+        max_values=maxs,
+        null_count={k: int(v) for k, v in (raw.get("nullCount") or {}).items()},
+    )
+
+
+def parse_timestamp_us(text: str) -> int:
+    value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
 def format_timestamp_us(us: int) -> str:
     """Delta's JSON text for a timestamp statistic, microsecond precision, UTC."""
     seconds, micros = divmod(us, 1_000_000)

@@ -364,7 +364,10 @@ class Table:
             full = self.path / add.path
             if not full.is_file():
                 raise StorageError(f"{self.label}: file to add does not exist: {add.path}")
-            stats = layout.stats_for_file(full, self.spec)
+            if add.stats is not None:
+                stats = layout.parse_stats(add.stats, self.spec.time_column)
+            else:
+                stats = layout.stats_for_file(full, self.spec)
             size = add.size if add.size is not None else full.stat().st_size
             cov_file = self.path / layout.coverage_path(add.path)
             if cov_file.exists():

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from shoal.errors import WalCorruptionError, WalError
 from shoal.wal.codec import (
+    FRAME_HEADER_SIZE,
     SEGMENT_HEADER_SIZE,
     FrameScanner,
     decode_segment_header,
@@ -118,13 +119,20 @@ def scan_segment(path: Path, name_lsn: int, max_record_bytes: int) -> SegmentSta
     """Read one segment and find its valid prefix and any damage (no verdict yet)."""
     data = path.read_bytes()
     size = len(data)
+    problem: str | None = None
     try:
         header = decode_segment_header(data, path.name)
+        if header.first_lsn != name_lsn:
+            problem = f"header says first LSN {header.first_lsn}, file name says {name_lsn}"
     except WalCorruptionError as exc:
-        return SegmentStatus(path, name_lsn, None, size, 0, 0, exc.reason)
-    if header.first_lsn != name_lsn:
-        problem = f"header says first LSN {header.first_lsn}, file name says {name_lsn}"
-        return SegmentStatus(path, name_lsn, None, size, 0, 0, problem)
+        problem = exc.reason
+    if problem is not None:
+        # Records behind a bad header are counted (not replayed), so their
+        # LSNs are never handed out again.
+        start = SEGMENT_HEADER_SIZE - 1
+        after, after_last = _frames_after(data, start, name_lsn, max_record_bytes)
+        status = SegmentStatus(path, name_lsn, None, size, 0, 0, problem)
+        return replace(status, after_records=after, after_last_lsn=after_last)
     scanner = FrameScanner(data, SEGMENT_HEADER_SIZE, name_lsn, max_record_bytes)
     records = 0
     for _ in scanner:
@@ -168,17 +176,18 @@ def classify(scans: list[SegmentStatus]) -> list[SegmentStatus]:
         prev = result[-1] if result else None
         kind, reason = OK, None
         if seg.problem is not None:
-            if seg.after_records:
-                kind = DAMAGED
-                reason = (
-                    f"{seg.problem} at byte {seg.valid_end}, followed by "
-                    f"{seg.after_records} valid record(s) up to LSN {seg.after_last_lsn}"
-                )
-            elif not seg.header_ok:
-                if nxt is None and seg.size < SEGMENT_HEADER_SIZE:
-                    kind = TORN  # interrupted creation
-                else:
-                    kind, reason = DAMAGED, f"unreadable header: {seg.problem}"
+            following = (
+                f", followed by {seg.after_records} valid record(s) up to LSN "
+                f"{seg.after_last_lsn}"
+                if seg.after_records
+                else ""
+            )
+            if not seg.header_ok:
+                # Segments are created complete (temp file, fsync, rename), so
+                # a bad header is never the trace of a crash.
+                kind, reason = DAMAGED, f"unreadable header: {seg.problem}{following}"
+            elif seg.after_records:
+                kind, reason = DAMAGED, f"{seg.problem} at byte {seg.valid_end}{following}"
             elif nxt is None:
                 kind = TORN
             elif nxt.prev_lsn == seg.last_lsn:
@@ -251,12 +260,16 @@ def recover(
         max_lsn = max(max_lsn, seg.max_lsn, seg.first_lsn - 1, seg.prev_lsn or 0)
         if seg.kind == TORN:
             torn.append(seg)
-            _cut_tail(ops, directory, seg)
+            _cut_tail(ops, seg)
             metrics.torn_tail_cut(seg.name, seg.size - seg.valid_end)
-            if not seg.header_ok:
-                continue  # the file was removed
         elif seg.kind == DAMAGED:
             damaged.append(seg)
+            if seg is statuses[-1]:
+                # Whatever the damage hid, the last segment cannot have held
+                # more frames than this; LSNs continue above them. (An
+                # earlier segment's LSNs are bounded by the next one's.)
+                room = max(0, seg.size - SEGMENT_HEADER_SIZE) // FRAME_HEADER_SIZE
+                max_lsn = max(max_lsn, seg.first_lsn - 1 + max(room, 1))
             copy = _copy_aside(ops, directory, seg.path)
             copies.append(copy)
             logger.error(
@@ -291,16 +304,7 @@ def recover(
     return Recovered(report=report, metas=metas, max_lsn=max_lsn, last=last)
 
 
-def _cut_tail(ops: FileOps, directory: Path, seg: SegmentStatus) -> None:
-    if not seg.header_ok:
-        logger.warning(
-            "WAL segment %s was never completely created (%d bytes); removing it",
-            seg.name,
-            seg.size,
-        )
-        ops.unlink(str(seg.path))
-        ops.fsync_dir(str(directory))
-        return
+def _cut_tail(ops: FileOps, seg: SegmentStatus) -> None:
     logger.warning(
         "WAL segment %s: cutting a torn tail of %d bytes at byte %d (%s)",
         seg.name,

@@ -101,8 +101,11 @@ class Wal:
         ops = file_ops if file_ops is not None else OS_FILE_OPS
         path = Path(directory)
         if not path.is_dir():
-            path.mkdir(parents=True, exist_ok=True)
-            ops.fsync_dir(str(path.parent))
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+                ops.fsync_dir(str(path.parent))
+            except OSError as exc:
+                raise WalFatalError(f"cannot create the WAL directory {path}: {exc}") from exc
         lock_fd = _lock_directory(path)
         try:
             return cls._open_locked(

@@ -30,6 +30,11 @@ from shoal.wal.segment import ActiveSegment, SegmentSet, create_segment
 
 logger = logging.getLogger(__name__)
 
+# Group-commit gathering: wait at most this long, and at most this fraction of
+# the previous commit's duration, for acknowledged appenders to come back.
+_GATHER_MAX_S = 0.002
+_GATHER_FRACTION = 0.5
+
 OnDurable = Callable[[Sequence[tuple[int, object]]], None]
 
 
@@ -112,6 +117,9 @@ class Writer:
         self._closed = False
         self._fatal: WalFatalError | None = None
         self._unsynced_since = 0.0
+        self._concurrency = 1  # estimated appenders in flight (see _gather)
+        self._gather_target = 0
+        self._last_commit_s = 0.0
         self._thread = threading.Thread(target=self._run, name="shoal-wal-writer", daemon=True)
 
     # -- called from any thread ------------------------------------------------
@@ -144,7 +152,8 @@ class Writer:
         with self._cond:
             self._check_open()
             self._queue.append(item)
-            if len(self._queue) == 1:
+            waiting = len(self._queue)
+            if waiting == 1 or waiting == self._gather_target:
                 self._cond.notify()
         return future
 
@@ -187,8 +196,33 @@ class Writer:
                 if timeout is not None and timeout <= 0:
                     break
                 self._cond.wait(timeout)
+            self._gather()
             batch, self._queue = self._queue, []
         return batch
+
+    def _gather(self) -> None:
+        """Briefly wait for appenders that were just acknowledged (lock held).
+
+        Without this, N appenders that each wait for their acknowledgement
+        settle into two alternating groups of N/2: the records acknowledged by
+        one fsync come back just after the next one started. The writer
+        estimates the concurrency as the last group plus what queued during
+        its commit, and waits for that many records, at most a fraction of
+        the last commit's duration. A lone appender (estimate 1) never waits.
+        """
+        target = self._concurrency
+        if len(self._queue) >= target or self._policy.mode != "always":
+            return
+        deadline = time.monotonic() + min(_GATHER_MAX_S, self._last_commit_s * _GATHER_FRACTION)
+        self._gather_target = target
+        try:
+            while len(self._queue) < target:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+        finally:
+            self._gather_target = 0
 
     def _loop(self) -> None:
         while True:
@@ -213,9 +247,13 @@ class Writer:
                             break
                         run.append(nxt)
                         pos += 1
+                    started = time.monotonic()
                     fatal = self._commit(run)
                     if fatal is not None:
                         raise _Fatal(fatal)
+                    self._last_commit_s = time.monotonic() - started
+                    with self._cond:
+                        self._concurrency = len(run) + len(self._queue)
                 timeout = self._sync_timeout()
                 if timeout is not None and timeout <= 0:
                     self._sync_active()
@@ -325,6 +363,8 @@ class Writer:
                 fatal = fatal or WalFatalError(f"on_durable callback raised: {exc!r}")
                 items = [item for _lsn, item in durable] + items[i:]
                 durable, i, count = [], 0, len(items)
+        if fatal is not None:
+            self._mark_fatal(fatal)  # before any future resolves: appends now refuse
         for lsn, item in durable:
             item.future.set_result(lsn)
         if i < count:
@@ -336,10 +376,16 @@ class Writer:
                 logger.warning("WAL append of %d record(s) failed: %s", count - i, failure)
         return fatal
 
+    def _mark_fatal(self, error: WalFatalError) -> None:
+        with self._cond:
+            if self._fatal is None:
+                self._fatal = error
+
     def _go_fatal(self, error: WalFatalError, leftovers: Sequence[_Append | _Control]) -> None:
         logger.error("WAL is stopping: %s", error)
         with self._cond:
-            self._fatal = error
+            if self._fatal is None:
+                self._fatal = error
             queued, self._queue = self._queue, []
         failed = 0
         for item in [*leftovers, *queued]:

@@ -59,7 +59,9 @@ def _reference(raw: pa.Table, width_s: int) -> dict[tuple[int, int], dict[str, A
                     else [a - b for a, b in zip(r["bucket_counts"], prev["bucket_counts"])]
                 )
                 agg["buckets"] = (
-                    inc_b if agg["buckets"] is None else [a + b for a, b in zip(agg["buckets"], inc_b)]
+                    inc_b
+                    if agg["buckets"] is None
+                    else [a + b for a, b in zip(agg["buckets"], inc_b)]
                 )
             prev = r
     return out
@@ -129,6 +131,16 @@ def test_rollup_values_incremental_and_idempotent(
     _check(delta_rows(m1h.path), everything, 3600)
 
     # and the incremental result is exactly a from-scratch rollup of all raw rows
-    scratch = rollup(with_increments(spark.read.parquet(*[f.path for f in store.open(
-        "acme", "metrics").snapshot().files])), 3600).toArrow().cast(ROLLUP_SCHEMA)
+    scratch = (
+        rollup(
+            with_increments(
+                spark.read.parquet(
+                    *[f.path for f in store.open("acme", "metrics").snapshot().files]
+                )
+            ),
+            3600,
+        )
+        .toArrow()
+        .cast(ROLLUP_SCHEMA)
+    )
     assert rows_multiset(delta_rows(m1h.path)) == rows_multiset(scratch)

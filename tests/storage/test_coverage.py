@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,7 @@ def test_runs_match_brute_force(values: list[int]) -> None:
     got = cov.runs(BitMap(values))
     expanded = sorted({v for a, b in got for v in range(a, b)})
     assert expanded == sorted(set(values))
-    assert all(b < c for (_, b), (c, _) in zip(got, got[1:], strict=False))
+    assert all(b < c for (_, b), (c, _) in itertools.pairwise(got))
 
 
 @given(
@@ -74,7 +75,11 @@ def test_times_before_1970_are_refused() -> None:
 
 
 def _brute_force(
-    times: list[int], services: list[str | None], start_us: int, end_us: int, width_s: int,
+    times: list[int],
+    services: list[str | None],
+    start_us: int,
+    end_us: int,
+    width_s: int,
     series: str | None,
 ) -> list[tuple[int, int]]:
     width = width_s * 1_000_000
@@ -94,7 +99,9 @@ def _brute_force(
     return [(max(a * width, start_us), min(b * width, end_us)) for a, b in runs]
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     batches=st.lists(
         st.lists(
@@ -109,7 +116,8 @@ def _brute_force(
         max_size=3,
     ),
     window=st.tuples(
-        st.integers(min_value=-3600, max_value=5 * 3600), st.integers(min_value=1, max_value=6 * 3600)
+        st.integers(min_value=-3600, max_value=5 * 3600),
+        st.integers(min_value=1, max_value=6 * 3600),
     ),
     factor=st.sampled_from([1, 5, 60]),
     series=st.sampled_from([None, "api", "", "nope"]),
@@ -141,7 +149,7 @@ def test_table_coverage_matches_a_scan(
     # gaps and covered ranges tile the window exactly
     edges = sorted([*result.covered, *result.gaps])
     assert edges[0][0] == start and edges[-1][1] == end
-    assert all(a[1] == b[0] for a, b in zip(edges, edges[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(edges))
 
 
 def test_coverage_reads_no_parquet(store: TableStore, tmp_path: Path) -> None:

@@ -43,14 +43,14 @@ def _batch(tmp_path: Path, seed: int = 1) -> tuple[pa.Table, Path]:
 
 
 def _files_on_disk(table_path: Path) -> set[str]:
-    return {
-        str(p.relative_to(table_path)) for p in table_path.glob("hour=*/*.parquet")
-    }
+    return {str(p.relative_to(table_path)) for p in table_path.glob("hour=*/*.parquet")}
 
 
 def _committed(table_path: Path) -> set[str]:
-    return {os.path.relpath(u.removeprefix("file://"), table_path)
-            for u in DeltaTable(str(table_path)).file_uris()}
+    return {
+        os.path.relpath(u.removeprefix("file://"), table_path)
+        for u in DeltaTable(str(table_path)).file_uris()
+    }
 
 
 @pytest.mark.parametrize("point", ["parquet-written", "coverage-partial", "coverage-written"])

@@ -53,7 +53,7 @@ def test_split_by_hour_sorts_and_cuts() -> None:
 def test_written_file_follows_the_rules(tmp_path: Path) -> None:
     times = [BASE_US + i * 1_000_000 for i in range(2000)]
     table = metrics_table(times, [i % 7 for i in range(2000)], [f"m{i % 3}" for i in range(2000)])
-    (_, piece), = layout.split_by_hour(table, METRICS)
+    ((_, piece),) = layout.split_by_hour(table, METRICS)
     path = tmp_path / "f.parquet"
     layout.write_parquet(piece, path, METRICS)
     pf = pq.ParquetFile(path)

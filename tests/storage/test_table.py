@@ -47,8 +47,10 @@ def test_flush_is_exactly_once_and_readable_by_delta_rs(store: TableStore) -> No
         path = uri.removeprefix("file://")
         part = pq.read_table(path)
         assert part.schema.equals(LOGS_SCHEMA)
-        hours = {layout.hour_dir(h) for h in (layout.time_as_us(part.column("timestamp"))
-                                              // layout.HOUR_US).tolist()}
+        hours = {
+            layout.hour_dir(h)
+            for h in (layout.time_as_us(part.column("timestamp")) // layout.HOUR_US).tolist()
+        }
         assert hours == {Path(path).parent.name}
 
 
@@ -138,8 +140,10 @@ def test_user_table_spec_is_kept(store: TableStore) -> None:
     spec = TableSpec(name="trips", schema=schema, time_column="ts", sort_columns=("ts",))
     table = store.open("acme", "trips", spec)
     data = pa.table(
-        {"ts": pa.array([BASE_US, BASE_US + 1], pa.int64()).cast(schema.field("ts").type),
-         "v": pa.array([1, 2], pa.int32())},
+        {
+            "ts": pa.array([BASE_US, BASE_US + 1], pa.int64()).cast(schema.field("ts").type),
+            "v": pa.array([1, 2], pa.int32()),
+        },
         schema=schema,
     )
     table.flush(data, 1)
@@ -154,7 +158,7 @@ def _compact(table_path: Path, files: list[str]) -> NewFile:
     rel = layout.hour_file_path(layout.hour_index(BASE_US))
     from shoal.otlp.schema import LOGS
 
-    (_, piece), = layout.split_by_hour(merged, LOGS)
+    ((_, piece),) = layout.split_by_hour(merged, LOGS)
     layout.write_parquet(piece, table_path / rel, LOGS)
     return NewFile(rel)
 
@@ -203,3 +207,33 @@ def test_vacuum_removes_orphans_and_their_coverage(store: TableStore) -> None:
     assert len(deleted) == 2
     assert table.snapshot().rows == 1
     assert all(os.path.exists(f.path) for f in table.snapshot().files)
+
+
+def test_metrics_coverage_per_series_and_stats_from_the_caller(store: TableStore) -> None:
+    from .helpers import metrics_table
+
+    table = store.open("acme", "metrics")
+    times = [BASE_US + i * 60_000_000 for i in range(6)]
+    table.flush(metrics_table(times, [11, 22, 11, 22, 11, 22], ["m"] * 6), 1)
+    result = table.coverage(BASE, BASE + dt.timedelta(minutes=6), series="11")
+    assert result.covered_buckets == 3 and len(result.gaps) == 3
+    # a commit whose NewFile carries precomputed stats uses them as given
+    snap = table.snapshot()
+    rels = [os.path.relpath(f.path, table.path) for f in snap.files]
+    merged = pq.read_table(table.path / rels[0])
+    rel = layout.hour_file_path(layout.hour_index(BASE_US))
+    layout.write_parquet(merged, table.path / rel, table.spec)
+    stats = layout.stats_for_file(table.path / rel, table.spec).to_json()
+    table.commit([NewFile(rel, stats=stats)], rels, operation="compact", read_version=snap.version)
+    (only,) = table.snapshot().files
+    assert (only.min_time_us, only.max_time_us) == (times[0], times[-1])
+    assert table.coverage(BASE, BASE + dt.timedelta(minutes=6), series="22").covered_buckets == 3
+
+
+def test_names_are_checked(store: TableStore) -> None:
+    from shoal.errors import StorageError
+
+    with pytest.raises(StorageError, match="invalid tenant"):
+        store.open("../evil", "logs")
+    with pytest.raises(StorageError, match="invalid table"):
+        store.open("acme", "Logs/x")

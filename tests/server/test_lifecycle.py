@@ -1,0 +1,104 @@
+"""Startup checks, readiness after replay, graceful SIGTERM."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from loadtest import payloads
+from loadtest.ingest import BASE_NS, free_port
+from tests.server.conftest import ServerFactory, delta_rows, metric_value, scrape
+
+SHOAL = str(Path(sys.executable).with_name("shoal"))
+
+
+def _serve(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = dict(os.environ)
+    full_env.update(
+        {
+            "SHOAL_DATA_DIR": str(tmp_path / "data"),
+            "SHOAL_HTTP_PORT": str(free_port()),
+            "SHOAL_GRPC_PORT": str(free_port()),
+        }
+    )
+    full_env.update(env)
+    return subprocess.run(
+        [SHOAL, "serve", *args], env=full_env, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"SHOAL_HTTP_PORT": "99999"}, "http_port"),
+        ({"SHOAL_QUEUE_MAX_REQUESTS": "0"}, "queue_max_requests"),
+        ({"SHOAL_WAL_FSYNC": "sometimes"}, "wal_fsync"),
+        ({"SHOAL_MAX_BODY_BYTES": "lots"}, "max_body_bytes"),
+    ],
+)
+def test_bad_settings_exit_2_with_a_clear_message(
+    tmp_path: Path, env: dict[str, str], fragment: str
+) -> None:
+    done = _serve(tmp_path, **env)
+    assert done.returncode == 2, done.stderr
+    assert fragment in done.stderr and "invalid value" in done.stderr
+
+
+def test_non_loopback_without_tokens_refuses_unless_insecure(tmp_path: Path) -> None:
+    done = _serve(tmp_path, SHOAL_BIND="0.0.0.0")
+    assert done.returncode == 2
+    assert "--insecure" in done.stderr and "no tokens" in done.stderr
+
+
+def _post(port: int, request_id: int, points: int = 100) -> int:
+    body = payloads.metrics_request(points=points, series=10, start_ns=BASE_NS + request_id)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request(
+        "POST", "/v1/metrics", body.SerializeToString(), {"Content-Type": "application/x-protobuf"}
+    )
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def test_ready_only_after_replay_and_sigterm_flushes(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    env = {"SHOAL_FLUSH_MAX_AGE_S": "3600", "SHOAL_WAL_SEGMENT_BYTES": "256KiB"}
+    server = start_server(data, env=env)
+    for i in range(60):
+        assert _post(server.http_port, i) == 200
+    server.kill()  # nothing flushed: everything lives in the WAL
+
+    restarted = start_server(data, env=env, wait=False)
+    while True:
+        try:
+            with urllib.request.urlopen(restarted.url + "/readyz", timeout=2) as resp:
+                ready = resp.status == 200
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 503
+            # ingest is refused while replaying
+            assert _post(restarted.http_port, 10_000) == 503
+            continue
+        except OSError:
+            continue
+        if ready:
+            break
+    # When /readyz first says ready, the whole WAL is already in the snapshot.
+    assert metric_value(scrape(restarted), "shoal_snapshot_rows") == 60 * 100
+
+    assert _post(restarted.http_port, 60) == 200
+    assert restarted.terminate() == 0
+    assert "stopped" in restarted.log()
+    assert delta_rows(data, "default", "metrics").num_rows == 61 * 100
+    # After the final flush the WAL holds nothing that needs replaying.
+    third = start_server(data, env=env)
+    assert metric_value(scrape(third), "shoal_snapshot_rows") == 0
+    assert third.terminate() == 0
