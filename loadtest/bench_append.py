@@ -147,7 +147,8 @@ def duckdb_engine(where: Path) -> Iterator[Appender]:
 def chdb_engine(where: Path) -> Iterator[Appender]:
     from chdb import session as chs
 
-    sess = chs.Session(str(where))
+    session_cls: Any = chs.Session  # chdb ships no type hints
+    sess = session_cls(str(where))
     created = False
 
     def append(path: Path) -> None:

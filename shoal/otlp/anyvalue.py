@@ -108,7 +108,8 @@ def decode(text: str, type_tag: str | None) -> AnyValue:
     if type_tag == TYPE_ARRAY:
         return AnyValue(array_value=ArrayValue(values=_values_from_json(json.loads(text), "")))
     if type_tag == TYPE_KVLIST:
-        return AnyValue(kvlist_value=KeyValueList(values=keyvalues_from_json(json.loads(text))))
+        items = _values_field(json.loads(text), "kvlist")
+        return AnyValue(kvlist_value=KeyValueList(values=keyvalues_from_json(items)))
     if type_tag == TYPE_EMPTY:
         return AnyValue()
     raise ValueError(f"unknown attribute type tag {type_tag!r}")
@@ -281,27 +282,32 @@ def keyvalues_from_json(items: object, where: str = "attributes") -> list[KeyVal
     return [KeyValue(**kw) for kw in keyvalues_kwargs(items, where)]
 
 
-def keyvalues_kwargs(items: object, where: str = "attributes", depth: int = 0) -> list[Any]:
+def keyvalues_kwargs(items: object, where: str | None = "attributes", depth: int = 0) -> list[Any]:
     """Constructor keywords of the ``KeyValue`` list an OTLP/JSON list stands for."""
-    if isinstance(items, dict):
-        items = items.get("values", [])
     if items is None:
         return []
-    if not isinstance(items, list):
+    if type(items) is not list:
         raise DecodeError(f"{where}: expected a list, got {_show(items)}")
     out: list[Any] = []
+    append = out.append
     for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise DecodeError(f"{where}[{i}]: expected an object, got {_show(item)}")
-        key = item.get("key", "")
-        if not isinstance(key, str):
-            raise DecodeError(f"{where}[{i}].key: expected a string, got {_show(key)}")
-        value = item.get("value")
-        # the common case, a plain string value, without the general walk
-        if type(value) is dict and len(value) == 1:
-            text = value.get("stringValue")
-            if type(text) is str:
-                out.append({"key": key, "value": {"string_value": text}})
-                continue
-        out.append({"key": key, "value": value_kwargs(value, f"{where}[{i}].value", depth)})
+        # the common case, a string value, without the general walk
+        if type(item) is dict and len(item) == 2:
+            key = item.get("key")
+            value = item.get("value")
+            if type(key) is str and type(value) is dict and len(value) == 1:
+                text = value.get("stringValue")
+                if type(text) is str:
+                    append({"key": key, "value": {"string_value": text}})
+                    continue
+        append(_keyvalue_kwargs(item, f"{where}[{i}]", depth))
     return out
+
+
+def _keyvalue_kwargs(item: object, where: str, depth: int) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise DecodeError(f"{where}: expected an object, got {_show(item)}")
+    key = item.get("key", "")
+    if not isinstance(key, str):
+        raise DecodeError(f"{where}.key: expected a string, got {_show(key)}")
+    return {"key": key, "value": value_kwargs(item.get("value"), f"{where}.value", depth)}

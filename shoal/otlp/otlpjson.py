@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import binascii
 import functools
+import json
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -62,9 +62,11 @@ def to_protobuf(signal: str, body: bytes) -> bytes:
     """Serialized protobuf request equivalent to the OTLP/JSON ``body``."""
     cls = REQUESTS[signal]
     try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
+        obj = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DecodeError(f"{signal} request is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise DecodeError(f"{signal} request JSON is nested too deeply") from None
     if not isinstance(obj, dict):
         raise DecodeError(f"{signal} request must be a JSON object, got {type(obj).__name__}")
     convert = _converter(cls.DESCRIPTOR)
@@ -104,7 +106,16 @@ def _scalar(field: FieldDescriptor) -> Convert:
                 return anyvalue.parse_int(raw, where, lo, hi)
 
             return enum
-        return lambda raw, where: anyvalue.parse_int(raw, where, lo, hi)
+
+        def integer(raw: object, where: str | None) -> int:
+            # fast path for the common, well-formed case; anything else is checked in full
+            if (type(raw) is str and raw.isascii() and raw.isdigit()) or type(raw) is int:
+                value = int(raw)
+                if lo <= value <= hi:
+                    return value
+            return anyvalue.parse_int(raw, str(where), lo, hi)
+
+        return integer
     if ftype in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
         return anyvalue.parse_double
     if ftype == FieldDescriptor.TYPE_BOOL:
@@ -196,7 +207,7 @@ def _converter(descriptor: Descriptor) -> Callable[[object, str | None], dict[st
             if entry is None or value is None:
                 continue
             name, conv = entry
-            out[name] = conv(value, _join(where, key))
+            out[name] = conv(value, None if where is None else _join(where, key))
         return out
 
     return convert

@@ -111,20 +111,20 @@ def new_session(memory_bytes: int) -> SessionContext:
     return SessionContext(session_config(), runtime)
 
 
-def build_session(
+def register_tables(
+    ctx: SessionContext,
     view: TenantView,
     cache: ParquetViewCache,
-    memory_bytes: int,
     coalescer: BatchCoalescer | None = None,
     only: Iterable[str] | None = None,
-) -> SessionContext:
-    """A session where each of the tenant's tables is Parquet UNION ALL snapshot; nothing else.
+) -> list[str]:
+    """Register the tenant's tables in ``ctx``, each Parquet UNION ALL snapshot; returns names.
 
     ``only`` limits registration to the tables a query names (it can read no others);
     by default every table of the tenant is registered.
     """
-    ctx = new_session(memory_bytes)
     wanted = None if only is None else set(only)
+    names: list[str] = []
     for name, table in view.tables.items():
         if wanted is not None and name not in wanted:
             continue
@@ -139,4 +139,77 @@ def build_session(
         if frame is None:
             frame = ctx.read_batches([pa.RecordBatch.from_pylist([], schema=table.schema)])
         ctx.register_view(name, frame)
+        names.append(name)
+    return names
+
+
+def build_session(
+    view: TenantView,
+    cache: ParquetViewCache,
+    memory_bytes: int,
+    coalescer: BatchCoalescer | None = None,
+    only: Iterable[str] | None = None,
+) -> SessionContext:
+    """A fresh session holding the tenant's tables (see :func:`register_tables`), no others."""
+    ctx = new_session(memory_bytes)
+    register_tables(ctx, view, cache, coalescer, only)
     return ctx
+
+
+class TenantSession:
+    """A session lent to one query at a time; its tables are replaced for each query.
+
+    Reusing a session keeps its runtime's Parquet metadata cache warm (a fresh
+    runtime re-reads every file footer: 136 ms against 24 ms for a 1-hour
+    aggregation over 24 files), while the memory pool stays per query, because a
+    session runs one query at a time.
+    """
+
+    def __init__(self, tenant: str, memory_bytes: int) -> None:
+        self.tenant = tenant
+        self.ctx = new_session(memory_bytes)
+        self._names: list[str] = []
+
+    def load(
+        self,
+        view: TenantView,
+        cache: ParquetViewCache,
+        coalescer: BatchCoalescer | None = None,
+        only: Iterable[str] | None = None,
+    ) -> SessionContext:
+        if view.tenant != self.tenant:
+            raise ValueError("a session serves one tenant only")
+        self.clear()
+        self._names = register_tables(self.ctx, view, cache, coalescer, only)
+        return self.ctx
+
+    def clear(self) -> None:
+        for name in self._names:
+            self.ctx.deregister_table(name)
+        self._names = []
+
+
+class SessionPool:
+    """Idle :class:`TenantSession` objects per tenant, at most ``max_idle`` in all (LRU)."""
+
+    def __init__(self, memory_bytes: int, max_idle: int = 16) -> None:
+        self._memory = memory_bytes
+        self._max_idle = max_idle
+        self._lock = threading.Lock()
+        self._idle: collections.OrderedDict[int, TenantSession] = collections.OrderedDict()
+
+    def acquire(self, tenant: str) -> TenantSession:
+        with self._lock:
+            for key, session in reversed(self._idle.items()):
+                if session.tenant == tenant:
+                    del self._idle[key]
+                    return session
+        return TenantSession(tenant, self._memory)
+
+    def release(self, session: TenantSession) -> None:
+        """Return a session whose query has finished (its stream dropped)."""
+        session.clear()
+        with self._lock:
+            self._idle[id(session)] = session
+            while len(self._idle) > self._max_idle:
+                self._idle.popitem(last=False)

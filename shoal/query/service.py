@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pyarrow as pa
-from datafusion import RecordBatchStream, SessionContext
+from datafusion import RecordBatchStream
 
 from shoal.config import Config
 from shoal.errors import QueryError, QueryLimitError
@@ -82,7 +82,6 @@ class QueryResult:
         self,
         schema: pa.Schema,
         stream: RecordBatchStream,
-        ctx: SessionContext,
         deadline: float,
         limits: Limits,
         release: Any,
@@ -93,7 +92,6 @@ class QueryResult:
         self.truncated = False
         self.rows = 0
         self._stream: RecordBatchStream | None = stream
-        self._ctx: SessionContext | None = ctx  # kept alive while the stream runs
         self._deadline = deadline
         self._limits = limits
         self._release = release
@@ -169,7 +167,6 @@ class QueryResult:
     def close(self) -> None:
         self._done = True
         self._stream = None  # dropping the stream cancels DataFusion's tasks
-        self._ctx = None
         release, self._release = self._release, None
         if release is not None:
             release()
@@ -191,6 +188,9 @@ class QueryService:
         self.limits = limits or Limits()
         self.cache = engine.ParquetViewCache()
         self.coalescer = BatchCoalescer()
+        self.sessions = engine.SessionPool(
+            self.limits.memory_bytes, max_idle=4 * self.limits.max_concurrency
+        )
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.limits.max_concurrency, thread_name_prefix="shoal-query"
         )
@@ -230,15 +230,14 @@ class QueryService:
             self._slots_loop = loop
         return self._slots
 
-    def _plan(self, prepared: Prepared) -> tuple[pa.Schema, RecordBatchStream, SessionContext]:
-        ctx = engine.build_session(
-            prepared.view,
-            self.cache,
-            self.limits.memory_bytes,
-            self.coalescer,
-            only=prepared.tables_read,
-        )
+    def _plan(
+        self, prepared: Prepared
+    ) -> tuple[pa.Schema, RecordBatchStream, engine.TenantSession]:
+        session = self.sessions.acquire(prepared.tenant)
         try:
+            ctx = session.load(
+                prepared.view, self.cache, self.coalescer, only=prepared.tables_read
+            )
             frame = ctx.sql_with_options(prepared.sql, engine.sql_options())
             if type(frame.logical_plan().to_variant()).__name__ not in _ROOT_ONLY_PLANS:
                 # Let DataFusion stop (and sort with a top-k) once the row cap is exceeded.
@@ -246,8 +245,9 @@ class QueryService:
             schema = frame.schema()
             stream = frame.execute_stream()
         except Exception as exc:
+            self.sessions.release(session)
             raise limits.translate(exc, self.limits) from exc
-        return schema, stream, ctx
+        return schema, stream, session
 
     async def execute(self, prepared: Prepared) -> QueryResult:
         """Plan ``prepared`` and start it; errors here come before any response byte."""
@@ -260,27 +260,37 @@ class QueryService:
         loop = asyncio.get_running_loop()
         released = False
 
+        session_box: list[engine.TenantSession] = []
+
         def release() -> None:
             nonlocal released
             if not released:
                 released = True
+                for session in session_box:
+                    self.sessions.release(session)
                 loop.call_soon_threadsafe(slots.release)
 
         future = loop.run_in_executor(self._executor, self._plan, prepared)
         try:
-            schema, stream, ctx = await asyncio.wait_for(
+            schema, stream, session = await asyncio.wait_for(
                 asyncio.shield(future), max(deadline - time.monotonic(), 0.001)
             )
         except TimeoutError:
             # The planning thread cannot be interrupted; its slot frees when it ends.
-            future.add_done_callback(lambda _f: release())
+            def finished(f: asyncio.Future[Any]) -> None:
+                if not f.cancelled() and f.exception() is None:
+                    session_box.append(f.result()[2])  # its stream is dropped unread
+                release()
+
+            future.add_done_callback(finished)
             logger.warning("query of tenant %s overran its time limit while planning",
                            prepared.tenant)
             raise limits.timeout_error(self.limits) from None
         except BaseException:
             release()
             raise
-        return QueryResult(schema, stream, ctx, deadline, self.limits, release, prepared)
+        session_box.append(session)
+        return QueryResult(schema, stream, deadline, self.limits, release, prepared)
 
     async def run(
         self, tenant: str, sql: str, as_of: AsOf | None = None
