@@ -41,7 +41,9 @@ def field(struct: pa.Array, name: str) -> pa.Array:
 
 def u64(array: pa.Array) -> U64:
     """A uint64 (or other integer) Arrow array as a numpy uint64 array (nulls as 0)."""
-    values: U64 = array.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+    if array.null_count:
+        array = array.fill_null(0)
+    values: U64 = array.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
     return values
 
 

@@ -183,12 +183,13 @@ def decode(request: pa.StructArray) -> DecodeResult:
                 continue
             # an absent container decodes as a null struct over an empty list, so
             # flattening the whole column yields exactly the present points
-            lists = container.field("data_points")
-            if container.null_count and pc.any(
-                pc.and_(container.is_null(), pc.greater(pc.list_value_length(lists), 0))
-            ).as_py():
-                lists = pc.if_else(container.is_valid(), lists, pa.scalar([], lists.type))
-            points, owner_of_point = flatten(lists)
+            points, owner_of_point = flatten(container.field("data_points"))
+            if container.null_count and len(points):
+                valid = container.is_valid().to_numpy(zero_copy_only=False)
+                if not valid[owner_of_point].all():  # not expected from ptars; be safe
+                    lists = container.field("data_points")
+                    lists = pc.if_else(valid, lists, pa.scalar([], lists.type))
+                    points, owner_of_point = flatten(lists)
             if len(points):
                 pieces.append(points)
                 piece_owners.append(owner_of_point)
@@ -221,15 +222,17 @@ def decode(request: pa.StructArray) -> DecodeResult:
     by_scope = sc.take(scope_idx)
     n = len(owner)
     columns = []
+    metric_columns = dict(zip(by_metric.column_names, by_metric.columns, strict=True))
+    point_columns = dict(zip(points_table.column_names, points_table.columns, strict=True))
     for f in METRICS_SCHEMA:
         if f.name == "series_id":
             columns.append(series)
-        elif f.name in by_metric.column_names:
-            columns.append(by_metric.column(f.name))
+        elif f.name in metric_columns:
+            columns.append(metric_columns[f.name])
         elif f.name in by_scope:
             columns.append(by_scope[f.name])
-        elif f.name in points_table.column_names:
-            column = points_table.column(f.name)
+        elif f.name in point_columns:
+            column = point_columns[f.name]
             columns.append(column if column.type == f.type else column.cast(f.type))
         else:
             columns.append(pa.nulls(n, f.type))
