@@ -123,6 +123,12 @@ SETTINGS: tuple[Setting, ...] = (
         _parse_positive_float,
         "Seconds SIGTERM waits for the queue to drain and the final flush.",
     ),
+    Setting(
+        "event_loop",
+        "uvloop",
+        _choice("uvloop", "asyncio"),
+        "Event loop of the server's listeners: uvloop (faster) or the standard asyncio loop.",
+    ),
     # -- write-ahead log
     Setting(
         "wal_fsync",

@@ -1,10 +1,14 @@
 """The protocol-independent half of OTLP ingest, shared by HTTP and gRPC.
 
-A request is authenticated by its route, then :class:`IngestHandler` decodes
-and validates it (off the event loop), hands the decoded table to an
-:class:`IngestSink` (the server's bounded queue in front of the WAL) and waits
-until the sink says it is durable. The answer is the OTLP ``Export*Response``
-of the signal, with ``partial_success`` when points were rejected.
+A request is authenticated by its route, then :class:`IngestHandler` hands
+one job to a worker thread: decode and validate the body, then give the
+decoded table to an :class:`IngestSink` (the server's bounded queue in front
+of the WAL), which encodes and appends it. The event loop is not involved
+again until the request is durable or has failed: the sink resolves the
+request's :class:`Ack`, and a whole WAL group of acks is resolved with a
+single wake-up of the loop (:func:`resolve_acks`). The answer is the OTLP
+``Export*Response`` of the signal, with ``partial_success`` when points were
+rejected.
 """
 
 from __future__ import annotations
@@ -13,9 +17,9 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Iterable
 from concurrent.futures import Executor
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 import pyarrow as pa
 from google.protobuf.message import Message
@@ -38,7 +42,54 @@ from shoal.api.status import classify
 logger = logging.getLogger(__name__)
 
 SIGNALS = ("metrics", "logs", "spans")
-_T = TypeVar("_T")
+
+
+def _settle(future: asyncio.Future[int], value: int, error: BaseException | None) -> None:
+    if future.done():  # the request was cancelled meanwhile
+        return
+    if error is None:
+        future.set_result(value)
+    else:
+        future.set_exception(error)
+
+
+def _settle_many(items: list[tuple[asyncio.Future[int], int]]) -> None:
+    for future, value in items:
+        _settle(future, value, None)
+
+
+class Ack:
+    """The completion of one ingest request, resolvable from any thread.
+
+    ``future`` (on the request's event loop) resolves to the WAL LSN once the
+    rows are durable, to 0 when there was nothing to store, or fails with the
+    error that refused the request. The worker thread fills in the decode
+    outcome (``accepted``, ``rejected``, ``errors``) before handing it on.
+    """
+
+    __slots__ = ("accepted", "errors", "future", "loop", "rejected")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[int] = loop.create_future()
+        self.accepted = 0
+        self.rejected = 0
+        self.errors: list[str] = []
+
+    def resolve(self, lsn: int) -> None:
+        self.loop.call_soon_threadsafe(_settle, self.future, lsn, None)
+
+    def fail(self, error: BaseException) -> None:
+        self.loop.call_soon_threadsafe(_settle, self.future, 0, error)
+
+
+def resolve_acks(acks: Iterable[tuple[int, Ack]]) -> None:
+    """Resolve many acks (a WAL group) with one wake-up per event loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[int], int]]] = {}
+    for lsn, ack in acks:
+        by_loop.setdefault(ack.loop, []).append((ack.future, lsn))
+    for loop, items in by_loop.items():
+        loop.call_soon_threadsafe(_settle_many, items)
 
 
 class IngestSink(Protocol):
@@ -48,8 +99,12 @@ class IngestSink(Protocol):
         """Raise (not ready, shutting down, queue full) before any work is spent."""
         ...
 
-    async def submit(self, tenant: str, signal: str, table: pa.Table) -> int:
-        """Make ``table`` durable for ``tenant``; returns its WAL LSN once fsynced."""
+    def append(self, tenant: str, signal: str, table: pa.Table, ack: Ack) -> None:
+        """On a worker thread: admit, encode and append ``table`` for ``tenant``.
+
+        Raises if it is refused at once; otherwise ``ack`` is resolved with the
+        WAL LSN once the rows are durable (and in the snapshot), or failed.
+        """
         ...
 
 
@@ -125,28 +180,46 @@ class IngestHandler:
         self._executor = executor
         self._max_error_chars = max_error_chars
 
-    async def _off_loop(self, fn: Callable[[], _T]) -> _T:
-        if self._executor is None:
-            return fn()
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+    def _job(self, tenant: str, signal: str, body: bytes, json: bool, ack: Ack) -> None:
+        """Worker thread: decode, then hand the rows to the sink; never raises."""
+        try:
+            result = otlp.decode(signal, body, json=json)
+            ack.rejected = result.rejected
+            ack.errors = result.errors
+            if result.table.num_rows:
+                ack.accepted = result.table.num_rows
+                self.sink.append(tenant, signal, result.table, ack)
+            else:
+                ack.resolve(0)
+        except BaseException as exc:
+            ack.fail(exc)
 
     async def ingest(self, tenant: str, signal: str, body: bytes, json: bool) -> IngestOutcome:
         """Raises DecodeError, OverloadedError, WAL errors and the like; the caller maps them."""
         self.sink.check_admission()
         if not body:
             return IngestOutcome(0, 0, "")
-        result = await self._off_loop(lambda: otlp.decode(signal, body, json=json))
-        if result.rejected:
-            self.metrics.rejected(signal, tenant, "invalid", result.rejected)
-        if result.table.num_rows:
-            try:
-                await self.sink.submit(tenant, signal, result.table)
-            except Exception as exc:
-                self.metrics.rejected(signal, tenant, classify(exc).reason, result.table.num_rows)
-                raise
-            self.metrics.accepted(signal, tenant, result.table.num_rows)
-        message = "; ".join(result.errors)[: self._max_error_chars]
-        return IngestOutcome(result.table.num_rows, result.rejected, message)
+        ack = Ack(asyncio.get_running_loop())
+        if self._executor is None:
+            self._job(tenant, signal, body, json, ack)
+        else:
+            # A plain submit: the job's completion does not wake the loop, the ack does.
+            self._executor.submit(self._job, tenant, signal, body, json, ack)
+        try:
+            # Shielded: a client that goes away must not cancel the acknowledgement.
+            await asyncio.shield(ack.future)
+        except Exception as exc:
+            if ack.rejected:
+                self.metrics.rejected(signal, tenant, "invalid", ack.rejected)
+            if ack.accepted:
+                self.metrics.rejected(signal, tenant, classify(exc).reason, ack.accepted)
+            raise
+        if ack.rejected:
+            self.metrics.rejected(signal, tenant, "invalid", ack.rejected)
+        if ack.accepted:
+            self.metrics.accepted(signal, tenant, ack.accepted)
+        message = "; ".join(ack.errors)[: self._max_error_chars] if ack.errors else ""
+        return IngestOutcome(ack.accepted, ack.rejected, message)
 
 
 class Stopwatch:

@@ -53,12 +53,6 @@ def _decode_entry(raw: bytes, where: str) -> _Entry:
     return kv.key, text, type_tag, hash_text(kv.key, type_tag or "", text)
 
 
-def decode_keyvalue(raw: bytes, where: str = "attributes") -> tuple[str, str, str | None]:
-    """One serialized ``KeyValue`` as ``(key, text, type)``."""
-    key, text, type_tag, _ = _entry(raw, where)
-    return key, text, type_tag
-
-
 def _entry(raw: bytes, where: str) -> _Entry:
     hit = _cache.get(raw)
     if hit is None:

@@ -34,11 +34,6 @@ def list_offsets(lists: pa.Array) -> I64:
     return rebased
 
 
-def field(struct: pa.Array, name: str) -> pa.Array:
-    """A child of a struct array with the parent's slice applied (nulls not merged)."""
-    return struct.field(name)
-
-
 def u64(array: pa.Array) -> U64:
     """A uint64 (or other integer) Arrow array as a numpy uint64 array (nulls as 0)."""
     if array.null_count:

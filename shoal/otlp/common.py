@@ -30,7 +30,8 @@ RESOURCE_SCOPE_COLUMNS = (
 class DecodeResult:
     """What :func:`shoal.otlp.decode` returns.
 
-    ``table`` has exactly the signal's frozen schema; ``accepted`` rows are in
+    ``table`` has exactly the signal's frozen schema and one chunk per column
+    (``to_batches()`` yields one batch, none when empty); ``accepted`` rows are in
     it; ``rejected`` points were dropped, and ``errors`` says why (one line per
     reason, with a count), for OTLP ``partial_success``.
     """
@@ -55,7 +56,7 @@ class Scopes:
         return dict(zip(rows.column_names, rows.columns, strict=True))
 
 
-def _text_or_null(strings: pa.Array) -> pa.Array:
+def text_or_null(strings: pa.Array) -> pa.Array:
     """OTLP proto3 strings have no presence: the empty string becomes null."""
     return pc.if_else(pc.equal(strings, ""), pa.scalar(None, pa.string()), strings)
 
@@ -67,7 +68,7 @@ def scopes(request: pa.StructArray, resource_field: str, scope_field: str) -> Sc
     r_attrs = attributes.decode_lists(resource.field("attributes"), "resource attributes")
     r_dropped = as_int64(u64(resource.field("dropped_attributes_count")))
     service = pc.map_lookup(r_attrs.values, pa.scalar("service.name"), "first")
-    r_schema = _text_or_null(resources.field("schema_url"))
+    r_schema = text_or_null(resources.field("schema_url"))
 
     items, parent = flatten(resources.field(scope_field))
     scope = items.field("scope")
@@ -79,19 +80,15 @@ def scopes(request: pa.StructArray, resource_field: str, scope_field: str) -> Sc
         "resource_attributes_types": r_attrs.types.take(idx),
         "resource_dropped_attributes_count": r_dropped.take(idx),
         "resource_schema_url": r_schema.take(idx),
-        "scope_name": _text_or_null(scope.field("name").fill_null("")),
-        "scope_version": _text_or_null(scope.field("version").fill_null("")),
+        "scope_name": text_or_null(scope.field("name").fill_null("")),
+        "scope_version": text_or_null(scope.field("version").fill_null("")),
         "scope_attributes": s_attrs.values,
         "scope_attributes_types": s_attrs.types,
         "scope_dropped_attributes_count": as_int64(u64(scope.field("dropped_attributes_count"))),
-        "scope_schema_url": _text_or_null(items.field("schema_url")),
+        "scope_schema_url": text_or_null(items.field("schema_url")),
     }
     resource_hash = r_attrs.set_hash[parent] if len(parent) else np.zeros(0, np.uint64)
     return Scopes(items, pa.table(columns), resource_hash)
-
-
-def text_or_null(strings: pa.Array) -> pa.Array:
-    return _text_or_null(strings)
 
 
 class Rejections:

@@ -237,6 +237,8 @@ def decode(request: pa.StructArray) -> DecodeResult:
         else:
             columns.append(pa.nulls(n, f.type))
     rows = pa.Table.from_arrays(columns, schema=METRICS_SCHEMA)
+    if len(tables) > 1:
+        rows = rows.combine_chunks()  # one record batch per request
     return DecodeResult(rows, rows.num_rows, rej.total, rej.messages())
 
 

@@ -1,47 +1,44 @@
 """``shoal import --engine spark``: the backfill run on Spark, with the same overlap rejection.
 
-For inputs too large for one process. Spark reads the input files; each task
-computes the coverage (time buckets per series) of its rows with storage's
-coverage code and the driver unions them and compares the result with the
-table's coverage: any overlap is refused, naming the ranges, unless
-``--allow-overlap``, before anything is written. Then rows are split by hour,
-sorted and written with the flusher's layout rules (one task per hour) and
-appended in one commit. A crash before the commit leaves only unreferenced
-files, which vacuum removes; rerunning the import redoes it.
+For inputs too large for one process. Spark runs one task per input file:
+first each task computes its file's coverage (time buckets per series, with
+storage's coverage code, reading only two columns); the driver compares them
+with the table's coverage and with each other, and any overlap is refused,
+naming the ranges, unless ``--allow-overlap``, before anything is written.
+Then each task splits its file by hour, sorts and writes it with the
+flusher's layout rules, and the driver appends every written file in one
+commit. A crash before the commit leaves only unreferenced files, which
+vacuum removes; rerunning the import redoes it.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
 import pyarrow.parquet as pq
-from pyroaring import BitMap, FrozenBitMap
+from pyroaring import BitMap
 
 from shoal.config import Config
 from shoal.errors import CoverageOverlapError, SchemaMismatchError
 from shoal.otlp.schema import UTC_US, TableSpec
 from shoal.pipeline.commit import Change, run_with_retries
-from shoal.pipeline.compact import with_hour, write_hourly
-from shoal.pipeline.writer import WriteTarget
+from shoal.pipeline.writer import WriteTarget, WrittenFile, write_table
 from shoal.storage import coverage as cov
 from shoal.storage import layout
 from shoal.storage.types import CommitResult, NewFile, TableSnapshot
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from shoal.storage.table import Table
 
 logger = logging.getLogger(__name__)
 
 OPERATION = "import"
-_WHOLE = "\x00whole"
-_COVERAGE_DDL = "key string, bitmap binary"
 
 
 def _check_schemas(table: Table, paths: Sequence[Path]) -> None:
@@ -56,54 +53,35 @@ def _check_schemas(table: Table, paths: Sequence[Path]) -> None:
         raise SchemaMismatchError(table.label, problems)
 
 
-def _task_coverage(
-    spec: TableSpec, bucket_s: int, batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: the coverage of a task's rows as (series key, bitmap) rows."""
-    whole = BitMap()
-    per_series: dict[str, BitMap] = {}
-    for batch in batches:
-        time_col = batch.column(spec.time_column).cast(UTC_US)
-        series = batch.column(spec.series_columns[0]) if spec.series_columns else None
-        part = cov.compute(layout.time_as_us(time_col), series, bucket_s)
-        whole |= part.buckets
-        for key, bm in part.series.items():
-            per_series.setdefault(key, BitMap()).update(bm)
-    keys = [_WHOLE, *per_series]
-    maps = [whole, *per_series.values()]
-    yield pa.RecordBatch.from_pydict(
-        {"key": keys, "bitmap": [m.serialize() for m in maps]},
-        schema=pa.schema([("key", pa.string()), ("bitmap", pa.binary())]),
-    )
-
-
-def input_coverage(df: DataFrame, spec: TableSpec, bucket_s: int) -> cov.Coverage:
-    """The coverage of every row of ``df``, computed by the tasks, unioned on the driver."""
+def file_coverage(spec: TableSpec, bucket_s: int, path: str) -> tuple[str, bytes]:
+    """Task body: one input file's coverage, encoded (reads only the time and series columns)."""
     columns = [spec.time_column, *spec.series_columns[:1]]
-    fn = functools.partial(_task_coverage, spec, bucket_s)
-    whole = BitMap()
-    series: dict[str, BitMap] = {}
-    for row in df.select(*columns).mapInArrow(fn, _COVERAGE_DDL).collect():
-        bm = BitMap.deserialize(bytes(row["bitmap"]))
-        if row["key"] == _WHOLE:
-            whole |= bm
-        else:
-            series.setdefault(row["key"], BitMap()).update(bm)
-    return cov.Coverage(
-        bucket_s, FrozenBitMap(whole), {k: FrozenBitMap(v) for k, v in series.items()}
-    )
+    data = pq.read_table(path, columns=columns)
+    time_col = data.column(spec.time_column).cast(UTC_US)
+    series = data.column(spec.series_columns[0]) if spec.series_columns else None
+    return path, cov.encode(cov.compute(layout.time_as_us(time_col), series, bucket_s))
 
 
-def overlap(table: Table, incoming: cov.Coverage, snapshot: TableSnapshot) -> BitMap:
-    """Buckets of ``incoming`` the table already covers (per series when it has series)."""
+def import_file(target: WriteTarget, path: str) -> list[dict[str, object]]:
+    """Task body: one input file split by hour, sorted, written with the layout rules."""
+    return write_table(target, pq.read_table(path, columns=list(target.spec.schema.names)))
+
+
+def overlap(table: Table, incoming: Sequence[cov.Coverage], snapshot: TableSnapshot) -> BitMap:
+    """Buckets that the table, or an earlier input, already covers (per series if it has them)."""
     existing = table.covered(snapshot)
-    if not table.spec.series_columns:
-        return BitMap(existing.buckets & incoming.buckets)
     found = BitMap()
-    for key, bm in incoming.series.items():
-        prior = existing.series.get(key)
-        if prior is not None:
-            found |= prior & bm
+    seen_all = BitMap(existing.buckets)
+    seen: dict[str, BitMap] = {k: BitMap(v) for k, v in existing.series.items()}
+    for item in incoming:
+        if table.spec.series_columns:
+            for key, bm in item.series.items():
+                prior = seen.setdefault(key, BitMap())
+                found |= prior & bm
+                prior |= bm
+        else:
+            found |= seen_all & item.buckets
+        seen_all |= item.buckets
     return found
 
 
@@ -120,13 +98,16 @@ def backfill(
         return None
     _check_schemas(table, paths)
     spec = table.spec
-    df = spark.read.parquet(*[str(p) for p in paths]).select(*spec.schema.names)
+    inputs = [str(Path(p).resolve()) for p in paths]
     target = WriteTarget(
         str(table.path), spec, int(config.compact_target_file_bytes), table.bucket_s
     )
+    sc = spark.sparkContext
 
     def attempt(snapshot: TableSnapshot) -> Change | None:
-        incoming = input_coverage(df, spec, table.bucket_s)
+        tasks = sc.parallelize(inputs, len(inputs))
+        found = dict(tasks.map(functools.partial(file_coverage, spec, table.bucket_s)).collect())
+        incoming = [cov.decode(found[p]) for p in inputs]
         clash = overlap(table, incoming, snapshot)
         if clash and not allow_overlap:
             unit = table.bucket_s * 1_000_000
@@ -135,12 +116,13 @@ def backfill(
                 for a, b in cov.runs(clash)
             ]
             raise CoverageOverlapError(table.label, ranges)
-        per_hour = 3600 // table.bucket_s
-        hours = {int(b) // per_hour for b in incoming.buckets}
-        written = write_hourly(spark, with_hour(df, spec.time_column), target, len(hours))
-        logger.info(
-            "backfill %s: wrote %d files for %d hours", table.label, len(written), len(hours)
+        rows = (
+            sc.parallelize(inputs, len(inputs))
+            .flatMap(functools.partial(import_file, target))
+            .collect()
         )
+        written = [WrittenFile.from_row(r) for r in rows]
+        logger.info("backfill %s: wrote %d files", table.label, len(written))
         return Change(
             adds=tuple(NewFile(w.path, w.size, w.stats) for w in written),
             removes=(),

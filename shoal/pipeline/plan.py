@@ -47,8 +47,9 @@ def compaction_groups(
 
     A file is small when it is under half the target size. An hour is
     compacted when it holds at least two small files; only its small files are
-    rewritten, so a second run finds at most one small file per hour (the
-    remainder of the last run) and does nothing: the job is idempotent, and
+    rewritten (in runs of about the target size, one task each), so a second
+    run finds at most one small file per hour (the remainder of the last run)
+    and does nothing: the job is idempotent, and
     large files are never rewritten for one late small file. Files whose rows
     span several hours (imports) are left alone. ``since_us``/``until_us``
     select hours whose start lies in ``[since_us, until_us)``.
@@ -64,11 +65,31 @@ def compaction_groups(
         if until_us is not None and hour * HOUR_US >= until_us:
             continue
         by_hour.setdefault(hour, []).append(f)
-    return [
-        HourGroup(hour, tuple(sorted(group, key=lambda f: f.path)))
-        for hour, group in sorted(by_hour.items())
-        if len(group) >= 2
-    ]
+    groups: list[HourGroup] = []
+    for hour, found in sorted(by_hour.items()):
+        if len(found) < 2:
+            continue
+        for chunk in _chunks(sorted(found, key=lambda f: f.path), target_file_bytes):
+            groups.append(HourGroup(hour, tuple(chunk)))
+    return groups
+
+
+def _chunks(files: list[ScanFile], cap: int) -> list[list[ScanFile]]:
+    """Consecutive runs of files of about ``cap`` bytes in all, none of a single file.
+
+    One task merges one run in memory, so the cap bounds a task's input.
+    """
+    chunks: list[list[ScanFile]] = [[]]
+    size = 0
+    for f in files:
+        if len(chunks[-1]) >= 2 and size + f.size > cap:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(f)
+        size += f.size
+    if len(chunks) > 1 and len(chunks[-1]) == 1:
+        chunks[-2].extend(chunks.pop())
+    return chunks
 
 
 def retention_cutoff_us(now_us: int, retention_days: int) -> int:

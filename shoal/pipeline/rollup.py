@@ -38,6 +38,28 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ROLLUP_APP_ID = "shoal-rollup"
+RAW_COLUMNS = (
+    "timestamp",
+    "time_unix_nano",
+    "start_time_unix_nano",
+    "metric_name",
+    "metric_type",
+    "metric_unit",
+    "aggregation_temporality",
+    "is_monotonic",
+    "series_id",
+    "service_name",
+    "attributes",
+    "resource_attributes",
+    "value",
+    "count",
+    "sum",
+    "min",
+    "max",
+    "bucket_counts",
+    "explicit_bounds",
+)
+"""The raw columns a rollup reads (Spark reads no others)."""
 OPERATION = "ROLLUP"
 
 
@@ -81,7 +103,7 @@ def _raw_points(
     wanted = sorted(set(hours) | {h - LOOKBACK_S // 3600 for h in hours})
     lo, hi = wanted[0] * HOUR_US, (wanted[-1] + 1) * HOUR_US
     paths = [f.path for f in files if f.max_time_us >= lo and f.min_time_us < hi]
-    df = with_hour(spark.read.parquet(*paths), time_column)
+    df = with_hour(spark.read.parquet(*paths).select(*RAW_COLUMNS), time_column)
     return df.where(F.col(HOUR_COLUMN).isin(wanted)).drop(HOUR_COLUMN)
 
 

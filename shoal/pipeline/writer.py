@@ -179,3 +179,37 @@ def write_sorted(
         written.append(current.close())
     if written:
         yield pa.RecordBatch.from_pylist(written, schema=WRITTEN_SCHEMA)
+
+
+def write_table(target: WriteTarget, table: pa.Table) -> list[dict[str, object]]:
+    """Split rows by hour, sort each hour by the sort columns and write hourly files."""
+    written: list[dict[str, object]] = []
+    data = conform_table(table, target.spec.schema)
+    for hour, piece in layout.split_by_hour(data, target.spec):
+        current = _HourFile(target, hour)
+        for start in range(0, piece.num_rows, layout.ROW_GROUP_ROWS):
+            for batch in piece.slice(start, layout.ROW_GROUP_ROWS).to_batches():
+                current.add(batch)
+            if (
+                current.buffered == 0
+                and current.full()
+                and start + layout.ROW_GROUP_ROWS < piece.num_rows
+            ):
+                written.append(current.close())
+                current = _HourFile(target, hour)
+        written.append(current.close())
+    return written
+
+
+def conform_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with exactly ``schema`` (columns selected and cast)."""
+    if table.schema.equals(schema):
+        return table
+    return table.select(schema.names).cast(schema)
+
+
+def merge_files(target: WriteTarget, paths: list[str]) -> list[dict[str, object]]:
+    """Task body of compaction: read files, sort their rows together, write hourly files."""
+    tables = [pq.read_table(p) for p in paths]
+    schema = target.spec.schema
+    return write_table(target, pa.concat_tables([conform_table(t, schema) for t in tables]))

@@ -1,24 +1,26 @@
 """The server side of ingest: admission, WAL append, and waiting for the fsync.
 
-:class:`Ingestor` implements :class:`shoal.api.ingest.IngestSink`. A decoded
-table is admitted to the bounded queue, encoded as a WAL payload (off the
-event loop), appended with the tag ``(tenant, table, rows)`` so the WAL's
-``on_durable`` callback can add it to the snapshot without re-reading, and
-the request waits for the fsync. Its queue slot is released when the WAL
-resolves the append, whatever the client does meanwhile.
+:class:`Ingestor` implements :class:`shoal.api.ingest.IngestSink`. On the
+worker thread that decoded it, a table is admitted to the bounded queue,
+encoded as a WAL payload and appended with the tag ``(tenant, table, rows,
+ack)``: the WAL's ``on_durable`` callback (:meth:`Ingestor.on_durable`) adds
+the rows to the snapshot without re-reading them and then resolves the whole
+group's acks at once. The queue slot is released when the WAL resolves the
+append, whatever the client does meanwhile.
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
+import functools
 import logging
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Protocol, cast
 
 import pyarrow as pa
 
+from shoal.api.ingest import Ack, resolve_acks
 from shoal.errors import NotReadyError, ShuttingDownError, WalFatalError
 from shoal.server import records
 from shoal.server.queue import IngestQueue
@@ -28,6 +30,13 @@ logger = logging.getLogger(__name__)
 
 class Appender(Protocol):
     def append(self, payload: bytes, rtype: int = ..., tag: object = ...) -> Future[int]: ...
+
+
+class SnapshotSink(Protocol):
+    def add_many(self, records: Sequence[tuple[int, tuple[str, str, pa.Table]]]) -> None: ...
+
+
+DurableTag = tuple[str, str, pa.Table, Ack]
 
 
 class State(enum.Enum):
@@ -40,11 +49,11 @@ class Ingestor:
     def __init__(
         self,
         queue: IngestQueue,
-        executor: Executor,
+        snapshot: SnapshotSink,
         on_fatal: Callable[[BaseException], None],
     ) -> None:
         self.queue = queue
-        self._executor = executor
+        self._snapshot = snapshot
         self._on_fatal = on_fatal
         self._wal: Appender | None = None
         self.state = State.STARTING
@@ -65,27 +74,40 @@ class Ingestor:
             raise ShuttingDownError("shoal is shutting down; retry against the restarted server")
         self.queue.check()
 
-    async def submit(self, tenant: str, signal: str, table: pa.Table) -> int:
+    def append(self, tenant: str, signal: str, table: pa.Table, ack: Ack) -> None:
+        """Worker thread: admit, encode, append; ``ack`` resolves in :meth:`on_durable`."""
         self.check_admission()
         wal = self._wal
         assert wal is not None
-        nbytes = table.nbytes
+        # The sum of buffer sizes: microseconds, where Table.nbytes walks every value.
+        nbytes = table.get_total_buffer_size()
         self.queue.acquire(nbytes)
         try:
-            loop = asyncio.get_running_loop()
-            payload = await loop.run_in_executor(
-                self._executor, records.encode, tenant, signal, table
-            )
-            future = wal.append(payload, rtype=records.RTYPE_ROWS, tag=(tenant, signal, table))
+            payload = records.encode(tenant, signal, table)
+            tag: DurableTag = (tenant, signal, table, ack)
+            future = wal.append(payload, rtype=records.RTYPE_ROWS, tag=tag)
         except BaseException as exc:
             self.queue.release(nbytes)
             if isinstance(exc, WalFatalError):
                 self._on_fatal(exc)
             raise
-        future.add_done_callback(lambda _: self.queue.release(nbytes))
-        try:
-            # Shielded: a client that goes away must not cancel the WAL's future.
-            return await asyncio.shield(asyncio.wrap_future(future))
-        except WalFatalError as exc:
-            self._on_fatal(exc)
-            raise
+        future.add_done_callback(functools.partial(self._appended, nbytes, ack))
+
+    def _appended(self, nbytes: int, ack: Ack, future: Future[int]) -> None:
+        """The WAL resolved an append (writer thread): free its slot; report a failure."""
+        self.queue.release(nbytes)
+        error = future.exception()
+        if error is not None:
+            if isinstance(error, WalFatalError):
+                self._on_fatal(error)
+            ack.fail(error)
+
+    def on_durable(self, items: Sequence[tuple[int, object]]) -> None:
+        """The WAL's callback for a durable group, in LSN order: snapshot, then acks.
+
+        The rows are visible to queries before any request is acknowledged,
+        and the group's acks wake each event loop once.
+        """
+        tagged = cast(Sequence[tuple[int, DurableTag]], items)
+        self._snapshot.add_many([(lsn, (t[0], t[1], t[2])) for lsn, t in tagged])
+        resolve_acks((lsn, t[3]) for lsn, t in tagged)

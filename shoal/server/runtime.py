@@ -21,13 +21,13 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import pyarrow as pa
 import uvicorn
+import uvloop
 from prometheus_client import CollectorRegistry
 
 from shoal.api.app import AppServices, create_app
@@ -103,7 +103,7 @@ class ServerRuntime:
             TokenStore(self.data_dir),
             allow_anonymous=is_loopback(config.bind) or bool(config.insecure),
         )
-        self.ingestor = Ingestor(self.queue, self.executor, on_fatal=self._fatal)
+        self.ingestor = Ingestor(self.queue, self.snapshot, on_fatal=self._fatal)
         self.ingest = IngestHandler(self.ingestor, self.executor, self.metrics)
         self.metrics.bind_queue(lambda: self.queue.depth, lambda: self.queue.bytes)
         self.metrics.bind_snapshot(
@@ -156,10 +156,6 @@ class ServerRuntime:
     def is_ready(self) -> bool:
         return self._ready
 
-    def _on_durable(self, items: Sequence[tuple[int, object]]) -> None:
-        # Tags are (tenant, table, rows), set by Ingestor.submit.
-        self.snapshot.add_many(cast(Sequence[tuple[int, tuple[str, str, pa.Table]]], items))
-
     def open_storage(self) -> None:
         """Open the tables and the WAL, and replay the WAL into the snapshot."""
         started = time.perf_counter()
@@ -180,7 +176,7 @@ class ServerRuntime:
             max_record_bytes=self.config.wal_max_record_bytes,
             corruption_policy=self.config.wal_corruption_policy,
             metrics=WalMetricsAdapter(self.metrics),
-            on_durable=self._on_durable,
+            on_durable=self.ingestor.on_durable,
             # LSNs must stay above every committed one, even if the WAL directory was lost.
             min_next_lsn=max(committed.values(), default=0) + 1,
         )
@@ -240,6 +236,7 @@ class ServerRuntime:
                 port=self.config.http_port,
                 log_config=None,
                 access_log=False,
+                http="httptools",
                 lifespan="off",
                 timeout_graceful_shutdown=max(1, int(self.config.shutdown_timeout_s / 3)),
                 timeout_keep_alive=30,
@@ -334,4 +331,7 @@ class ServerRuntime:
 
 def serve(config: Config) -> int:
     """Run the server until SIGTERM; returns the process exit code."""
-    return asyncio.run(ServerRuntime(config).run())
+    runtime = ServerRuntime(config)
+    if config.event_loop == "uvloop":
+        return uvloop.run(runtime.run())
+    return asyncio.run(runtime.run())

@@ -45,3 +45,17 @@ def test_concurrent_decoding_gives_the_same_tables() -> None:
         for _ in range(3):
             got = list(pool.map(lambda sb: decode(sb[0], sb[1]).table, bodies))
             assert all(identical(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def test_one_record_batch_per_request() -> None:
+    from .test_sdk_metrics import _emit
+
+    for signal, body in (
+        ("metrics", _emit().SerializeToString()),  # four metric types in one request
+        ("metrics", metrics_request(start_ns=T0).SerializeToString()),
+        ("logs", logs_request(start_ns=T0).SerializeToString()),
+        ("spans", traces_request(start_ns=T0).SerializeToString()),
+    ):
+        table = decode(signal, body).table
+        assert all(column.num_chunks == 1 for column in table.columns)
+        assert len(table.to_batches()) == 1

@@ -40,13 +40,15 @@ def test_projection_and_time_filter_reach_the_parquet_scan(harness: Harness) -> 
     scans = [line for line in plan.splitlines() if "file_type=parquet" in line]
     assert len(scans) == 6, plan
     for line in scans:
-        # only the three columns the query needs are read ...
-        assert "projection=[timestamp, metric_name, value]" in line, line
-        # ... and the time filter is a pruning predicate on the scan itself (no cast above it)
+        # only the columns the query returns come out of the scan ...
+        assert "projection=[metric_name, value]" in line, line
+        # ... and the time filter is evaluated in the scan itself (no cast, no filter above it),
+        # both as a row filter and as a statistics pruning predicate
         assert f"predicate=timestamp@0 >= {lo} AND timestamp@0 < {hi}" in line, line
         assert "pruning_predicate=" in line, line
-    # the snapshot side gets the same filter
+    # the snapshot side is the one scan that needs a FilterExec above it
     assert plan.count("DataSourceExec: partitions=") == 1
+    assert plan.count("FilterExec") == 1, plan
 
 
 def _scan_lines(plan: str) -> list[str]:
