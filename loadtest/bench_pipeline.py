@@ -1,8 +1,8 @@
 """Compaction benchmark: shoal's Spark compaction beside delta-rs's optimize, and query speed.
 
 One day of metrics (``--hours`` hourly partitions of ``--files-per-hour``
-small files, ``--points`` points in all, written by the real flusher path
-``Table.flush``) is generated once into ``.bench/pipeline/`` and copied twice.
+small files, ``--points`` points in all, each file written with the flusher's
+layout rules) is generated once into ``.bench/pipeline/`` and copied twice.
 On one copy shoal's compaction runs (``compact_table`` in a SparkSession that
 is already started; the session start is reported separately), on the other
 delta-rs's ``DeltaTable.optimize.compact()`` with the same target size. Then
@@ -27,7 +27,9 @@ from deltalake import DeltaTable
 from loadtest.pipeline_data import metrics_table
 from shoal import config as config_mod
 from shoal.otlp.schema import METRICS_SCHEMA
+from shoal.storage import layout
 from shoal.storage.store import TableStore
+from shoal.storage.types import NewFile
 
 T0_US = 1_795_132_800_000_000  # 2026-11-20T00:00Z
 HOUR_US = 3_600_000_000
@@ -67,18 +69,27 @@ def generate(root: Path, points: int, hours: int, files_per_hour: int, series: i
     per_file = max(series, points // (hours * files_per_hour))
     slot_s = 3600 // files_per_hour
     started = time.perf_counter()
-    lsn = 0
+    seed = 0
     for h in range(hours):
+        # files exactly as the flusher writes them (layout rules), one commit per hour
+        adds = []
         for f in range(files_per_hour):
-            lsn += 1
+            seed += 1
             data = metrics_table(
                 per_file,
                 start_us=T0_US + h * HOUR_US + f * slot_s * 1_000_000,
                 span_s=slot_s - 1,
                 series=series,
-                seed=lsn,
+                seed=seed,
             )
-            table.flush(data, wal_lsn=lsn)
+            for hour, piece in layout.split_by_hour(data, table.spec):
+                rel = layout.hour_file_path(hour)
+                (table.path / rel).parent.mkdir(parents=True, exist_ok=True)
+                size = layout.write_parquet(piece, table.path / rel, table.spec)
+                adds.append(NewFile(rel, size))
+        table.commit(
+            adds, [], operation="flush", read_version=table.snapshot().version, data_change=True
+        )
         print(f"  generated hour {h + 1}/{hours} ({time.perf_counter() - started:.0f} s)")
     done.write_text("ok\n")
     return path
@@ -173,11 +184,15 @@ def main() -> None:
     print(f"{'shoal (Spark), session start':<34}{spark_start:>10.1f}{'':>14}")
     print(f"{'delta-rs optimize.compact()':<34}{delta_s:>10.1f}{delta_files:>14}")
     print(f"{'ratio shoal job / delta-rs':<34}{shoal_s / delta_s:>10.2f}")
-    print(f"  (shoal: {result.hours} hours, {result.rows:,} rows; delta-rs: "
-          f"{metrics.get('numFilesRemoved')} files removed)")
+    print(
+        f"  (shoal: {result.hours} hours, {result.rows:,} rows; delta-rs: "
+        f"{metrics.get('numFilesRemoved')} files removed)"
+    )
     print()
-    print(f"{'query (median of ' + str(args.repeats) + ')':<26}{'before s':>10}{'after s':>10}"
-          f"{'speedup':>9}{'delta-rs s':>12}")
+    print(
+        f"{'query (median of ' + str(args.repeats) + ')':<26}{'before s':>10}{'after s':>10}"
+        f"{'speedup':>9}{'delta-rs s':>12}"
+    )
     for name in QUERIES:
         b, a, d = q_before[name], q_after[name], q_delta[name]
         print(f"{name:<26}{b:>10.3f}{a:>10.3f}{b / a:>8.1f}x{d:>12.3f}")

@@ -25,6 +25,7 @@ import gzip
 import http.client
 import multiprocessing
 import os
+import resource
 import signal
 import socket
 import statistics
@@ -142,6 +143,16 @@ class ServerProcess:
         except psutil.Error:
             return 0
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the server has used so far (all its threads)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0.0
+        try:
+            times = psutil.Process(self.proc.pid).cpu_times()
+        except psutil.Error:
+            return 0.0
+        return float(times.user + times.system)
+
     def terminate(self, timeout: float = 60.0) -> int:
         """SIGTERM and wait; returns the exit code."""
         assert self.proc is not None
@@ -187,6 +198,12 @@ class WorkerResult:
     latencies_ms: list[float] = dataclasses.field(default_factory=list)
     statuses: Counter[str] = dataclasses.field(default_factory=Counter)
     elapsed_s: float = 0.0
+    cpu_s: float = 0.0
+
+
+def _cpu_now() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _build(spec: WorkerSpec, request_id: int) -> Any:
@@ -307,6 +324,7 @@ def run_worker(spec: WorkerSpec) -> WorkerResult:
     )
     ack_log = open(spec.ack_log, "a", buffering=1) if spec.ack_log else None
     started = time.perf_counter()
+    cpu_started = _cpu_now()
     deadline = started + spec.duration_s if spec.duration_s > 0 else float("inf")
     seq = 0
     try:
@@ -332,6 +350,7 @@ def run_worker(spec: WorkerSpec) -> WorkerResult:
         if ack_log is not None:
             ack_log.close()
     result.elapsed_s = time.perf_counter() - started
+    result.cpu_s = _cpu_now() - cpu_started
     return result
 
 
@@ -355,6 +374,8 @@ class Report:
     latencies_ms: list[float]
     statuses: Counter[str]
     peak_rss: int
+    generator_cpu_s: float = 0.0
+    server_cpu_s: float | None = None
 
     @property
     def points_per_s(self) -> float:
@@ -393,13 +414,23 @@ class Report:
             ("UNAVAILABLE/503", str(unavailable)),
             ("other errors", str(errors)),
             ("server peak RSS MiB", f"{self.peak_rss / 2**20:.0f}" if self.peak_rss else "n/a"),
+            ("generator CPU cores", f"{self.generator_cpu_s / self.elapsed_s:.2f}"),
+            (
+                "server CPU cores",
+                f"{self.server_cpu_s / self.elapsed_s:.2f}" if self.server_cpu_s else "n/a",
+            ),
         ]
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def run_load(specs: list[WorkerSpec], rss_of: Any = None) -> Report:
-    """Run the workers as processes; ``rss_of()`` is sampled for the server's peak RSS."""
+def run_load(specs: list[WorkerSpec], rss_of: Any = None, cpu_of: Any = None) -> Report:
+    """Run the workers as processes; ``rss_of()`` is sampled for the server's peak RSS.
+
+    ``cpu_of()`` (the server's CPU seconds so far) is read when the first
+    worker reports and once more at the end, so the server's CPU use is
+    reported in cores over the run.
+    """
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=_worker_entry, args=(s, out), daemon=True) for s in specs]
@@ -417,7 +448,9 @@ def run_load(specs: list[WorkerSpec], rss_of: Any = None) -> Report:
     sampler.start()
     for p in procs:
         p.start()
+    cpu_start = cpu_of() if cpu_of is not None else 0.0
     results = [out.get() for _ in procs]
+    cpu_end = cpu_of() if cpu_of is not None else 0.0
     for p in procs:
         p.join()
     stop.set()
@@ -439,6 +472,8 @@ def run_load(specs: list[WorkerSpec], rss_of: Any = None) -> Report:
         latencies_ms=latencies,
         statuses=statuses,
         peak_rss=peak,
+        generator_cpu_s=sum(r.cpu_s for r in results),
+        server_cpu_s=cpu_end - cpu_start if cpu_of is not None else None,
     )
 
 
@@ -509,13 +544,15 @@ def main(args: argparse.Namespace) -> int:
     if args.url:
         url = args.url
         target = args.grpc_target or f"{urllib.parse.urlsplit(url).hostname}:4317"
-        rss_of = None
+        rss_of = cpu_of = None
         if args.server_pid:
             process = psutil.Process(args.server_pid)
             rss_of = lambda: process.memory_info().rss  # noqa: E731
-        report = run_load(specs_from_args(args, url, target), rss_of)
+            cpu_of = lambda: sum(process.cpu_times()[:2])  # noqa: E731
+        report = run_load(specs_from_args(args, url, target), rss_of, cpu_of)
     else:
         with _own_server(args) as server:
-            report = run_load(specs_from_args(args, server.url, server.grpc_target), server.rss)
+            specs = specs_from_args(args, server.url, server.grpc_target)
+            report = run_load(specs, server.rss, server.cpu_seconds)
     print(report.table())
     return 0

@@ -20,8 +20,6 @@ from shoal.errors import ConfigError, JobConflictError
 from shoal.storage.store import TableStore
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from shoal.storage.table import Table
 
 logger = logging.getLogger(__name__)
@@ -54,12 +52,6 @@ def _parse_time(text: str | None, flag: str) -> int | None:
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
     return int(value.timestamp() * 1_000_000)
-
-
-def _spark(cfg: Config, args: argparse.Namespace, job: str) -> SparkSession:
-    from shoal.pipeline.session import create_session
-
-    return create_session(cfg, args.master, app_name=f"shoal-{job}")
 
 
 def _each(tables: list[Table], run: Callable[[Table], str]) -> int:
@@ -95,7 +87,9 @@ def compact(args: argparse.Namespace) -> int:
             print(f"{t.label}: nothing to compact")
     if not todo:
         return 0
-    spark = _spark(cfg, args, "compact")
+    from shoal.pipeline.session import create_session
+
+    spark = create_session(cfg, args.master, app_name="shoal-compact")
     try:
 
         def run(table: Table) -> str:
@@ -149,7 +143,9 @@ def rollup(args: argparse.Namespace) -> int:
         print("no tenant has a metrics table: nothing to roll up")
         return 0
     only = args.table if args.table in ROLLUP_WIDTHS_S else None
-    spark = _spark(cfg, args, "rollup")
+    from shoal.pipeline.session import create_session
+
+    spark = create_session(cfg, args.master, app_name="shoal-rollup")
     status = 0
     try:
         for tenant in tenants:

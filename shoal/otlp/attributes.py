@@ -10,6 +10,7 @@ request to request.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -19,12 +20,13 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from shoal.errors import DecodeError
 from shoal.otlp import anyvalue
-from shoal.otlp.columns import I64, U64, hash_text, list_offsets, sum_per_list
+from shoal.otlp.columns import I64, U64, empty_maps, hash_text, list_offsets, sum_per_list
 from shoal.otlp.schema import ATTRS
 
 _CACHE_LIMIT = 200_000
 _Entry = tuple[str, str, str | None, int]
 _cache: dict[bytes, _Entry] = {}
+_U64_MASK = 2**64 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,10 +65,38 @@ def _entry(raw: bytes, where: str) -> _Entry:
     return hit
 
 
+@dataclasses.dataclass(frozen=True)
+class AttributeSet:
+    """One decoded attribute list: map entries, type entries, order-independent hash."""
+
+    entries: list[tuple[str, str]]
+    types: list[tuple[str, str]]
+    set_hash: int
+
+    def first(self, key: str) -> str | None:
+        """The text of the first entry with ``key`` (as SQL's map lookup returns it)."""
+        for k, text in self.entries:
+            if k == key:
+                return text
+        return None
+
+
+def decode_set(kvs: Iterable[KeyValue]) -> AttributeSet:
+    """An attribute list of an already decoded message (resource, scope)."""
+    entries: list[tuple[str, str]] = []
+    types: list[tuple[str, str]] = []
+    total = 0
+    for kv in kvs:
+        text, type_tag = anyvalue.encode(kv.value)
+        entries.append((kv.key, text))
+        if type_tag is not None:
+            types.append((kv.key, type_tag))
+        total += hash_text(kv.key, type_tag or "", text)
+    return AttributeSet(entries, types, total & _U64_MASK)
+
+
 def empty(n: int) -> Attributes:
-    offsets = pa.array(np.zeros(n + 1, dtype=np.int32))
-    none = pa.array([], pa.string())
-    maps = pa.MapArray.from_arrays(offsets, none, none, type=ATTRS)
+    maps = empty_maps(n)
     return Attributes(maps, maps, np.zeros(n, dtype=np.uint64))
 
 

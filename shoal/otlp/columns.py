@@ -9,7 +9,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shoal.otlp.schema import UTC_US
+from shoal.otlp.schema import ATTRS, UTC_US
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
@@ -18,6 +18,49 @@ BOOL = npt.NDArray[np.bool_]
 INT64_MAX = 2**63 - 1
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _HEX_PAIRS = np.stack([_HEX[np.arange(256) >> 4], _HEX[np.arange(256) & 15]], axis=1)
+
+
+_NO_STRINGS = pa.array([], pa.string())
+_EMPTY_MAPS: dict[int, pa.MapArray] = {}
+
+
+def empty_maps(n: int) -> pa.MapArray:
+    """``n`` empty ``map<string, string>`` values (cached per length: arrays are immutable)."""
+    maps = _EMPTY_MAPS.get(n)
+    if maps is None:
+        if len(_EMPTY_MAPS) >= 256:
+            _EMPTY_MAPS.clear()
+        offsets = pa.array(np.zeros(n + 1, dtype=np.int32))
+        maps = pa.MapArray.from_arrays(offsets, _NO_STRINGS, _NO_STRINGS, type=ATTRS)
+        _EMPTY_MAPS[n] = maps
+    return maps
+
+
+class Broadcast:
+    """Columns of a few owner rows (scopes, metrics) to repeat for the rows they own.
+
+    Map columns without any entry are not taken but replaced by cached empty
+    maps; the others are taken together in one ``Table.take``.
+    """
+
+    def __init__(self, columns: dict[str, pa.Array]) -> None:
+        self.names = list(columns)
+        self._empty = {
+            name
+            for name, column in columns.items()
+            if isinstance(column, pa.MapArray) and len(column.keys) == 0
+        }
+        self._table = pa.table({k: v for k, v in columns.items() if k not in self._empty})
+
+    def take(self, indices: I64) -> dict[str, pa.Array | pa.ChunkedArray]:
+        n = len(indices)
+        taken = self._table.take(pa.array(indices, type=pa.int64()))
+        out: dict[str, pa.Array | pa.ChunkedArray] = dict(
+            zip(taken.column_names, taken.columns, strict=True)
+        )
+        for name in self._empty:
+            out[name] = empty_maps(n)
+        return out
 
 
 def flatten(lists: pa.Array) -> tuple[pa.Array, I64]:

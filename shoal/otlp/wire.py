@@ -2,13 +2,15 @@
 
 The decoding is done by ``ptars`` (Rust, driven by message descriptors). It is
 given a *reshaped* copy of the OTLP descriptors that stays wire-compatible
-with the real ones: every ``KeyValue``, ``ArrayValue``, ``KeyValueList`` and
-``Exemplar`` field is declared as ``bytes``, so those sub-messages come out as
-raw serialized slices instead of deeply nested structs. Attribute lists have
-a small number of distinct entries per request (bounded cardinality), so the
-caller decodes each distinct slice once (see :mod:`shoal.otlp.attributes`);
-the nested-struct schema that ptars would otherwise build costs more than the
-whole rest of the decode. Fields only used by profiles (``*_strindex``) and
+with the real ones: every ``KeyValue``, ``ArrayValue``, ``KeyValueList``,
+``Exemplar``, ``Resource`` and ``InstrumentationScope`` field is declared as
+``bytes``, so those sub-messages come out as raw serialized slices instead of
+deeply nested structs. Attribute lists have a small number of distinct entries
+per request (bounded cardinality), and resources and scopes repeat from request
+to request, so the caller decodes each distinct slice once and caches it (see
+:mod:`shoal.otlp.attributes` and :mod:`shoal.otlp.common`); the nested-struct
+schema that ptars would otherwise build costs more than the whole rest of the
+decode. Fields only used by profiles (``*_strindex``) and
 ``Resource.entity_refs`` are left out and skipped as unknown fields.
 """
 
@@ -27,7 +29,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from shoal.errors import DecodeError
 
-_AS_BYTES = frozenset({"KeyValue", "ArrayValue", "KeyValueList", "Exemplar"})
+_AS_BYTES = frozenset(
+    {"KeyValue", "ArrayValue", "KeyValueList", "Exemplar", "Resource", "InstrumentationScope"}
+)
 _DROPPED_FIELDS = frozenset({"entity_refs", "string_value_strindex", "key_strindex"})
 
 REQUEST_TYPES: dict[str, str] = {

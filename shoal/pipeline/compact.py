@@ -121,7 +121,7 @@ def compact_table(
                 f"compact {table.tenant}/{table.name}: read {rows_in} rows but wrote "
                 f"{rows_out}; nothing was committed"
             )
-        planned.update(hours=len(groups), rows=sum(w.rows for w in written))
+        planned.update(hours=len({g.hour for g in groups}), rows=rows_out)
         return Change(
             adds=tuple(NewFile(w.path, w.size, w.stats) for w in written),
             removes=tuple(relative(table.path, f.path) for f in inputs),

@@ -18,6 +18,7 @@ is committed at most once even with two writers racing.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -127,7 +128,7 @@ class Table:
         """The latest committed version; one ``stat`` when nothing changed since last time."""
         with self._lock:
             snap = self._snapshot
-            if snap is not None and not (self._log_dir / f"{snap.version + 1:020d}.json").exists():
+            if snap is not None and not self._next_exists(snap.version):
                 return snap
             self._refresh()
             self._snapshot = self._build_snapshot(self._dt)
@@ -163,11 +164,16 @@ class Table:
 
     def committed_lsn(self, app_id: str = WAL_APP_ID) -> int:
         """The highest WAL LSN committed to this table (0 before the first flush)."""
-        if app_id == WAL_APP_ID:
-            return self.snapshot().committed_lsn
         with self._lock:
+            snap = self._snapshot
+            fresh = snap is not None and not self._next_exists(snap.version)
+            if app_id == WAL_APP_ID and snap is not None and fresh:
+                return snap.committed_lsn
             self._refresh()
             return self._dt.transaction_version(app_id) or 0
+
+    def _next_exists(self, version: int) -> bool:
+        return (self._log_dir / f"{version + 1:020d}.json").exists()
 
     def _build_snapshot(self, table: DeltaTable) -> TableSnapshot:
         actions = pa.table(table.get_add_actions(flatten=True))
@@ -475,6 +481,7 @@ class Table:
                 fsync_dir(self._log_dir)
                 version = base + 1
                 self._dt.update_incremental()
+                self._advance_snapshot(base, version, prepared, removes, txn)
                 self._maybe_checkpoint(version)
                 logger.debug(
                     "%s: committed version %d (%s, %d files, %d rows)",
@@ -486,6 +493,39 @@ class Table:
                 )
                 return CommitResult(version, len(adds), rows_added, len(remove_actions))
         raise CommitConflictError(self.label, base, f"gave up after {_MAX_ATTEMPTS} attempts")
+
+    def _advance_snapshot(
+        self,
+        base: int,
+        version: int,
+        prepared: Sequence[PreparedFile],
+        removes: Sequence[str],
+        txn: tuple[str, int] | None,
+    ) -> None:
+        """Derive the new snapshot from the old one after our own commit (no log reload)."""
+        old = self._snapshot
+        if old is None or old.version != base:
+            self._snapshot = None
+            return
+        root = str(self.path)
+        gone = {os.path.join(root, r) for r in removes}
+        added = tuple(
+            ScanFile(
+                path=os.path.join(root, p.path),
+                size=p.size,
+                rows=p.stats.rows,
+                min_time_us=p.stats.min_time_us,
+                max_time_us=p.stats.max_time_us,
+            )
+            for p in prepared
+        )
+        lsn = txn[1] if txn is not None and txn[0] == WAL_APP_ID else old.committed_lsn
+        self._snapshot = dataclasses.replace(
+            old,
+            version=version,
+            committed_lsn=lsn,
+            files=tuple(f for f in old.files if f.path not in gone) + added,
+        )
 
     def _remove_actions(
         self, removes: Sequence[str], now_ms: int, data_change: bool

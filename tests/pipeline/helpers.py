@@ -28,7 +28,7 @@ def child_env(data_dir: Path, **extra: str) -> dict[str, str]:
 
 def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """Start a child in its own process group (so its JVM can be killed with it)."""
-    out = open(log, "ab")  # noqa: SIM115 - closed by the child's exit
+    out = open(log, "ab")  # the child keeps it open; closed when it exits
     return subprocess.Popen(
         args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
     )

@@ -69,5 +69,5 @@ def test_backfill_names_missing_columns(
     table = store.open("acme", "metrics")
     bad = tmp_path / "bad.parquet"
     pq.write_table(metrics_table(10, start_us=T0_US, span_s=60, series=1).drop(["value"]), bad)
-    with pytest.raises(SchemaMismatchError, match="missing column.*value"):
+    with pytest.raises(SchemaMismatchError, match=r"missing column.*value"):
         backfill(spark, table, [bad], cfg)

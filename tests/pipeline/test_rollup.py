@@ -56,12 +56,15 @@ def _reference(raw: pa.Table, width_s: int) -> dict[tuple[int, int], dict[str, A
                 inc_b = (
                     r["bucket_counts"]
                     if own
-                    else [a - b for a, b in zip(r["bucket_counts"], prev["bucket_counts"])]
+                    else [
+                        a - b
+                        for a, b in zip(r["bucket_counts"], prev["bucket_counts"], strict=True)
+                    ]
                 )
                 agg["buckets"] = (
                     inc_b
                     if agg["buckets"] is None
-                    else [a + b for a, b in zip(agg["buckets"], inc_b)]
+                    else [a + b for a, b in zip(agg["buckets"], inc_b, strict=True)]
                 )
             prev = r
     return out

@@ -237,3 +237,17 @@ def test_names_are_checked(store: TableStore) -> None:
         store.open("../evil", "logs")
     with pytest.raises(StorageError, match="invalid table"):
         store.open("acme", "Logs/x")
+
+
+def test_snapshot_after_own_commits_matches_a_fresh_load(store: TableStore) -> None:
+    table = store.open("acme", "logs")
+    table.snapshot()
+    for lsn in (1, 2, 3):
+        table.flush(random_logs(random.Random(lsn), 100, first_id=lsn * 1000, hours=1), lsn)
+    snap = table.snapshot()
+    rels = [os.path.relpath(f.path, table.path) for f in snap.files][:2]
+    table.commit([_compact(table.path, rels)], rels, operation="compact", read_version=snap.version)
+    mine = table.snapshot()
+    fresh = TableStore(store.data_dir).open("acme", "logs").snapshot()
+    assert (mine.version, mine.committed_lsn) == (fresh.version, fresh.committed_lsn) == (4, 3)
+    assert set(mine.files) == set(fresh.files)
