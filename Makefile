@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST := $(BIN)/python -m pytest
 
 .PHONY: serve test test-slow test-spark test-all lint typecheck check \
-        bench bench-wal bench-otlp bench-append bench-ingest bench-query bench-pipeline clean
+        bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-pipeline clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,7 +47,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-bench: bench-wal bench-otlp bench-append bench-ingest bench-query bench-pipeline
+bench: bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-pipeline
 
 bench-wal: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_wal
@@ -60,6 +60,9 @@ bench-append: $(BENCH_STAMP)
 
 bench-ingest: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest ingest --duration 300
+
+bench-replay: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_replay
 
 bench-query: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_query

@@ -111,6 +111,7 @@ def query_times(data_dir: Path, repeats: int) -> dict[str, float]:
     for frame in frames[1:]:
         union = union.union(frame)
     ctx.register_view("metrics", union)
+    print(f"  {len(paths)} files registered", flush=True)
     for name, sql in QUERIES.items():
         samples = []
         for _ in range(repeats):
@@ -118,6 +119,7 @@ def query_times(data_dir: Path, repeats: int) -> dict[str, float]:
             ctx.sql(sql).to_arrow_table()
             samples.append(time.perf_counter() - started)
         times[name] = statistics.median(samples)
+        print(f"  {name}: {times[name]:.3f} s", flush=True)
     return times
 
 

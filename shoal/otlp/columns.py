@@ -36,6 +36,20 @@ def empty_maps(n: int) -> pa.MapArray:
     return maps
 
 
+_NULLS: dict[tuple[int, pa.DataType], pa.Array] = {}
+
+
+def nulls(n: int, type_: pa.DataType) -> pa.Array:
+    """``pa.nulls(n, type_)``, cached (a metrics request has a dozen all-null columns)."""
+    key = (n, type_)
+    array = _NULLS.get(key)
+    if array is None:
+        if len(_NULLS) >= 1024:
+            _NULLS.clear()
+        array = _NULLS[key] = pa.nulls(n, type_)
+    return array
+
+
 class Broadcast:
     """Columns of a few owner rows (scopes, metrics) to repeat for the rows they own.
 
@@ -66,8 +80,11 @@ class Broadcast:
 def flatten(lists: pa.Array) -> tuple[pa.Array, I64]:
     """Child values of a list array and, for each child, the index of its parent row."""
     values = lists.flatten()
-    parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False).astype(np.int64)
-    return values, parents
+    if lists.null_count:
+        parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+        return values, parents
+    offsets = lists.offsets.to_numpy(zero_copy_only=False)
+    return values, np.repeat(np.arange(len(lists), dtype=np.int64), np.diff(offsets))
 
 
 def list_offsets(lists: pa.Array) -> I64:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from google.protobuf.message import DecodeError as ProtoDecodeError
+from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
+from shoal.errors import DecodeError
 from shoal.otlp import attributes
-from shoal.otlp.columns import I64, U64, as_int64, flatten, u64
+from shoal.otlp.columns import I64, U64, Broadcast, list_offsets
+from shoal.otlp.schema import ATTRS
 
 RESOURCE_SCOPE_COLUMNS = (
     "service_name",
@@ -47,48 +53,124 @@ class Scopes:
     """Per instrumentation scope (all resources flattened): its children and columns."""
 
     items: pa.Array  # the scope-level structs (ScopeMetrics / ScopeLogs / ScopeSpans)
-    columns: pa.Table
+    columns: Broadcast
     resource_hash: U64
 
-    def take(self, indices: I64) -> dict[str, pa.ChunkedArray]:
+    def take(self, indices: I64) -> dict[str, pa.Array | pa.ChunkedArray]:
         """The resource and scope columns for rows belonging to the given scopes."""
-        rows = self.columns.take(pa.array(indices, type=pa.int64()))
-        return dict(zip(rows.column_names, rows.columns, strict=True))
+        return self.columns.take(indices)
 
 
 def text_or_null(strings: pa.Array) -> pa.Array:
     """OTLP proto3 strings have no presence: the empty string becomes null."""
+    if strings.type == pa.string() and strings.null_count == 0:
+        n = len(strings)
+        buffer = strings.buffers()[1]
+        offsets = np.frombuffer(buffer, np.int32, n + 1, strings.offset * 4) if n else None
+        if offsets is None or not (offsets[1:] == offsets[:-1]).any():
+            return strings  # nothing empty: the common case, without two compute calls
     return pc.if_else(pc.equal(strings, ""), pa.scalar(None, pa.string()), strings)
 
 
-def scopes(request: pa.StructArray, resource_field: str, scope_field: str) -> Scopes:
-    """Flatten ``request.<resource_field>[*].<scope_field>[*]`` into per-scope columns."""
-    resources, _ = flatten(request.field(resource_field))
-    resource = resources.field("resource")
-    r_attrs = attributes.decode_lists(resource.field("attributes"), "resource attributes")
-    r_dropped = as_int64(u64(resource.field("dropped_attributes_count")))
-    service = pc.map_lookup(r_attrs.values, pa.scalar("service.name"), "first")
-    r_schema = text_or_null(resources.field("schema_url"))
+@dataclasses.dataclass(frozen=True)
+class _Resource:
+    service_name: str | None
+    attributes: attributes.AttributeSet
+    dropped: int
 
-    items, parent = flatten(resources.field(scope_field))
-    scope = items.field("scope")
-    s_attrs = attributes.decode_lists(scope.field("attributes"), "scope attributes")
-    idx = pa.array(parent, type=pa.int64())
+
+@dataclasses.dataclass(frozen=True)
+class _Scope:
+    name: str | None
+    version: str | None
+    attributes: attributes.AttributeSet
+    dropped: int
+
+
+_CACHE_LIMIT = 4096
+_resources: dict[bytes, _Resource] = {}
+_scopes: dict[bytes, _Scope] = {}
+_ScopesKey = tuple[tuple[bytes, ...], tuple[str, ...], tuple[int, ...], tuple[bytes, ...], tuple[str, ...]]
+_blocks: dict[_ScopesKey, tuple[Broadcast, U64]] = {}
+
+
+def _bounded_put(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+
+
+def _resource(raw: bytes) -> _Resource:
+    hit = _resources.get(raw)
+    if hit is None:
+        try:
+            msg = Resource.FromString(raw)
+        except (ProtoDecodeError, RuntimeError) as exc:
+            raise DecodeError(f"resource: malformed message: {exc}") from None
+        attrs = attributes.decode_set(msg.attributes)
+        hit = _Resource(attrs.first("service.name"), attrs, msg.dropped_attributes_count)
+        _bounded_put(_resources, raw, hit)
+    return hit
+
+
+def _scope(raw: bytes) -> _Scope:
+    hit = _scopes.get(raw)
+    if hit is None:
+        try:
+            msg = InstrumentationScope.FromString(raw)
+        except (ProtoDecodeError, RuntimeError) as exc:
+            raise DecodeError(f"instrumentation scope: malformed message: {exc}") from None
+        attrs = attributes.decode_set(msg.attributes)
+        hit = _Scope(msg.name or None, msg.version or None, attrs, msg.dropped_attributes_count)
+        _bounded_put(_scopes, raw, hit)
+    return hit
+
+
+def _scope_columns(key: _ScopesKey) -> tuple[Broadcast, U64]:
+    r_raw, r_schema, parent, s_raw, s_schema = key
+    res = [_resource(raw) for raw in r_raw]
+    rs = [res[i] for i in parent]
+    sc = [_scope(raw) for raw in s_raw]
     columns = {
-        "service_name": service.take(idx),
-        "resource_attributes": r_attrs.values.take(idx),
-        "resource_attributes_types": r_attrs.types.take(idx),
-        "resource_dropped_attributes_count": r_dropped.take(idx),
-        "resource_schema_url": r_schema.take(idx),
-        "scope_name": text_or_null(scope.field("name").fill_null("")),
-        "scope_version": text_or_null(scope.field("version").fill_null("")),
-        "scope_attributes": s_attrs.values,
-        "scope_attributes_types": s_attrs.types,
-        "scope_dropped_attributes_count": as_int64(u64(scope.field("dropped_attributes_count"))),
-        "scope_schema_url": text_or_null(items.field("schema_url")),
+        "service_name": pa.array([r.service_name for r in rs], pa.string()),
+        "resource_attributes": pa.array([r.attributes.entries for r in rs], ATTRS),
+        "resource_attributes_types": pa.array([r.attributes.types for r in rs], ATTRS),
+        "resource_dropped_attributes_count": pa.array([r.dropped for r in rs], pa.int64()),
+        "resource_schema_url": pa.array([r_schema[i] or None for i in parent], pa.string()),
+        "scope_name": pa.array([s.name for s in sc], pa.string()),
+        "scope_version": pa.array([s.version for s in sc], pa.string()),
+        "scope_attributes": pa.array([s.attributes.entries for s in sc], ATTRS),
+        "scope_attributes_types": pa.array([s.attributes.types for s in sc], ATTRS),
+        "scope_dropped_attributes_count": pa.array([s.dropped for s in sc], pa.int64()),
+        "scope_schema_url": pa.array([url or None for url in s_schema], pa.string()),
     }
-    resource_hash = r_attrs.set_hash[parent] if len(parent) else np.zeros(0, np.uint64)
-    return Scopes(items, pa.table(columns), resource_hash)
+    hashes = np.array([r.attributes.set_hash for r in rs], dtype=np.uint64)
+    return Broadcast(columns), hashes
+
+
+def scopes(request: pa.StructArray, resource_field: str, scope_field: str) -> Scopes:
+    """Flatten ``request.<resource_field>[*].<scope_field>[*]`` into per-scope columns.
+
+    Resources and scopes arrive as serialized bytes (see :mod:`shoal.otlp.wire`);
+    the per-scope columns of a request are cached by those bytes, since the
+    same senders send the same resources and scopes again and again.
+    """
+    resources = request.field(resource_field).flatten()
+    lists = resources.field(scope_field)
+    items = lists.flatten()
+    parent = tuple(np.repeat(np.arange(len(lists)), np.diff(list_offsets(lists))).tolist())
+    key: _ScopesKey = (
+        tuple(resources.field("resource").to_pylist()),
+        tuple(resources.field("schema_url").to_pylist()),
+        parent,
+        tuple(items.field("scope").to_pylist()),
+        tuple(items.field("schema_url").to_pylist()),
+    )
+    hit = _blocks.get(key)
+    if hit is None:
+        hit = _scope_columns(key)
+        _bounded_put(_blocks, key, hit)
+    return Scopes(items, hit[0], hit[1])
 
 
 class Rejections:

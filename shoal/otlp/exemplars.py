@@ -64,10 +64,24 @@ def _row(raw: bytes) -> dict[str, Any]:
 
 def decode_lists(lists: pa.Array) -> pa.Array:
     """A ``list<binary>`` column of serialized exemplars as ``list<EXEMPLAR>``."""
-    offsets = list_offsets(lists)
     flat = lists.flatten()
     if len(flat) == 0:
-        values = pa.array([], EXEMPLAR)
-    else:
-        values = pa.array([_row(raw) for raw in flat.to_pylist()], EXEMPLAR)
+        return _empty(len(lists))
+    offsets = list_offsets(lists)
+    values = pa.array([_row(raw) for raw in flat.to_pylist()], EXEMPLAR)
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values, type=EXEMPLARS)
+
+
+_EMPTY: dict[int, pa.Array] = {}
+
+
+def _empty(n: int) -> pa.Array:
+    """``n`` empty exemplar lists (cached per length: arrays are immutable)."""
+    array = _EMPTY.get(n)
+    if array is None:
+        if len(_EMPTY) >= 256:
+            _EMPTY.clear()
+        offsets = pa.array(np.zeros(n + 1, dtype=np.int32))
+        array = pa.ListArray.from_arrays(offsets, pa.array([], EXEMPLAR), type=EXEMPLARS)
+        _EMPTY[n] = array
+    return array

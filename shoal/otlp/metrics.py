@@ -7,6 +7,8 @@ exponential histograms, summaries), each group in request order.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,11 +18,13 @@ from shoal.otlp.columns import (
     BOOL,
     I64,
     U64,
+    Broadcast,
     as_int64,
     flatten,
     fmix64,
     hash_text,
     list_offsets,
+    nulls,
     over_int64,
     timestamps,
     u64,
@@ -69,9 +73,16 @@ def _point_columns(
     if kind == "number":
         as_double = points.field("as_double")
         as_int = points.field("as_int")
-        no_value = pc.and_(as_double.is_null(), as_int.is_null()).to_numpy(zero_copy_only=False)
-        rej.mask("number data point has no value", no_value, keep)
-        cols["value"] = pc.coalesce(as_double, pc.cast(as_int, pa.float64(), safe=False))
+        n = len(points)
+        if as_int.null_count == n:
+            value = as_double
+        elif as_double.null_count == n:
+            value = pc.cast(as_int, pa.float64(), safe=False)
+        else:
+            value = pc.coalesce(as_double, pc.cast(as_int, pa.float64(), safe=False))
+        if value.null_count:
+            rej.mask("number data point has no value", value.is_null().to_numpy(False), keep)
+        cols["value"] = value
         cols["value_int"] = as_int
     else:
         count = u64(points.field("count"))
@@ -123,9 +134,10 @@ _GROUPS = (
     ("summary", ("summary",)),
 )
 _WITH_TEMPORALITY = ("sum", "histogram", "exponential_histogram")
+_ALL = slice(None)
 
 
-def _metric_level(metrics: pa.Array, metadata: attributes.Attributes) -> tuple[pa.Table, BOOL]:
+def _metric_level(metrics: pa.Array, metadata: attributes.Attributes) -> tuple[Broadcast, BOOL]:
     """Per-metric columns, and which metrics have a data field at all."""
     n = len(metrics)
     kinds = np.full(n, None, dtype=object)
@@ -136,16 +148,24 @@ def _metric_level(metrics: pa.Array, metadata: attributes.Attributes) -> tuple[p
         container = metrics.field(kind)
         if container.null_count == n:
             continue
-        valid = container.is_valid().to_numpy(zero_copy_only=False)
+        if container.null_count == 0:
+            valid = _ALL
+        else:
+            valid = container.is_valid().to_numpy(zero_copy_only=False)
         kinds[valid] = kind
-        present |= valid
+        present[valid] = True
         if kind in _WITH_TEMPORALITY:
-            values = container.field("aggregation_temporality").fill_null(0)
+            values = container.field("aggregation_temporality")
+            if values.null_count:
+                values = values.fill_null(0)
             temporality[valid] = values.to_numpy(zero_copy_only=False)[valid]
-            has_temporality |= valid
+            has_temporality[valid] = True
     sums = metrics.field("sum")
-    monotonic = pc.if_else(sums.is_valid(), sums.field("is_monotonic"), None)
-    table = pa.table(
+    if sums.null_count == 0:
+        monotonic = sums.field("is_monotonic")
+    else:
+        monotonic = pc.if_else(sums.is_valid(), sums.field("is_monotonic"), None)
+    table = Broadcast(
         {
             "metric_name": metrics.field("name"),
             "metric_description": text_or_null(metrics.field("description")),
@@ -160,13 +180,18 @@ def _metric_level(metrics: pa.Array, metadata: attributes.Attributes) -> tuple[p
     return table, present
 
 
+@functools.lru_cache(maxsize=65536)
+def _name_hash(name: str) -> int:
+    return hash_text(name)
+
+
 def decode(request: pa.StructArray) -> DecodeResult:
     """Rows of ``METRICS_SCHEMA`` from the decoded request struct."""
     sc = scopes(request, "resource_metrics", "scope_metrics")
     metrics, metric_scope = flatten(sc.items.field("metrics"))
     rej = Rejections()
     names = metrics.field("name")
-    name_hash = np.array([hash_text(s) for s in names.to_pylist()], dtype=np.uint64)
+    name_hash = np.array([_name_hash(s) for s in names.to_pylist()], dtype=np.uint64)
     nameless = pc.equal(names, "").to_numpy(zero_copy_only=False)
     metadata = attributes.decode_lists(metrics.field("metadata"), "metric metadata")
     per_metric, present = _metric_level(metrics, metadata)
@@ -218,11 +243,10 @@ def decode(request: pa.StructArray) -> DecodeResult:
     series = series_ids(
         name_hash[owner], np.concatenate(hashes), sc.resource_hash[scope_idx]
     )
-    by_metric = per_metric.take(pa.array(owner))
+    metric_columns = per_metric.take(owner)
     by_scope = sc.take(scope_idx)
     n = len(owner)
     columns = []
-    metric_columns = dict(zip(by_metric.column_names, by_metric.columns, strict=True))
     point_columns = dict(zip(points_table.column_names, points_table.columns, strict=True))
     for f in METRICS_SCHEMA:
         if f.name == "series_id":
@@ -235,7 +259,7 @@ def decode(request: pa.StructArray) -> DecodeResult:
             column = point_columns[f.name]
             columns.append(column if column.type == f.type else column.cast(f.type))
         else:
-            columns.append(pa.nulls(n, f.type))
+            columns.append(nulls(n, f.type))
     rows = pa.Table.from_arrays(columns, schema=METRICS_SCHEMA)
     if len(tables) > 1:
         rows = rows.combine_chunks()  # one record batch per request
@@ -258,5 +282,5 @@ def _common_point_columns(
     cols["start_time_unix_nano"] = pa.array(start_i)
     cols["attributes"] = attrs.values
     cols["attributes_types"] = attrs.types
-    cols["flags"] = as_int64(u64(points.field("flags")))
+    cols["flags"] = points.field("flags").cast(pa.int64())
     return attrs.set_hash

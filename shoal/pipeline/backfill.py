@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,7 +101,7 @@ def backfill(
     spec = table.spec
     inputs = [str(Path(p).resolve()) for p in paths]
     target = WriteTarget(
-        str(table.path), spec, int(config.compact_target_file_bytes), table.bucket_s
+        os.path.abspath(table.path), spec, int(config.compact_target_file_bytes), table.bucket_s
     )
     sc = spark.sparkContext
 

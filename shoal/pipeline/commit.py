@@ -73,9 +73,14 @@ def commit_change(table: Table, change: Change, read_version: int) -> CommitResu
 
 
 def relative(table_root: Path, path: str) -> str:
-    """A committed file's path relative to its table (ScanFile paths are absolute)."""
-    p = Path(path)
-    return p.relative_to(table_root).as_posix() if p.is_absolute() else path
+    """A committed file's path relative to its table (how the Delta log names it)."""
+    p, root = Path(path), Path(table_root)
+    for candidate, base in ((p, root), (p.resolve(), root.resolve())):
+        try:
+            return candidate.relative_to(base).as_posix()
+        except ValueError:
+            continue
+    return path
 
 
 def run_with_retries(

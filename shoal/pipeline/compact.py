@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from shoal.config import Config
@@ -95,7 +96,7 @@ def compact_table(
 ) -> CompactResult:
     """Compact one table; safe to run while the server flushes into it."""
     target_bytes = int(config.compact_target_file_bytes)
-    target = WriteTarget(str(table.path), table.spec, target_bytes, table.bucket_s)
+    target = WriteTarget(os.path.abspath(table.path), table.spec, target_bytes, table.bucket_s)
     planned: dict[str, int] = {}
 
     def attempt(snapshot: TableSnapshot) -> Change | None:
@@ -113,7 +114,9 @@ def compact_table(
             len(inputs),
             sum(f.rows for f in inputs),
         )
-        written = merge_groups(spark, target, [[f.path for f in g.files] for g in groups])
+        written = merge_groups(
+            spark, target, [[os.path.abspath(f.path) for f in g.files] for g in groups]
+        )
         rows_in, rows_out = sum(f.rows for f in inputs), sum(w.rows for w in written)
         if rows_in != rows_out:
             discard([w.absolute(table.path) for w in written])

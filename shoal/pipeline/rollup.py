@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from shoal.config import Config
@@ -102,7 +103,7 @@ def _raw_points(
 
     wanted = sorted(set(hours) | {h - LOOKBACK_S // 3600 for h in hours})
     lo, hi = wanted[0] * HOUR_US, (wanted[-1] + 1) * HOUR_US
-    paths = [f.path for f in files if f.max_time_us >= lo and f.min_time_us < hi]
+    paths = [os.path.abspath(f.path) for f in files if f.max_time_us >= lo and f.min_time_us < hi]
     df = with_hour(spark.read.parquet(*paths).select(*RAW_COLUMNS), time_column)
     return df.where(F.col(HOUR_COLUMN).isin(wanted)).drop(HOUR_COLUMN)
 
@@ -130,7 +131,10 @@ def rollup_table(
     current = source.snapshot()
     stats: dict[str, int] = {"hours": 0, "rows": 0}
     target = WriteTarget(
-        str(derived.path), derived.spec, int(config.compact_target_file_bytes), derived.bucket_s
+        os.path.abspath(derived.path),
+        derived.spec,
+        int(config.compact_target_file_bytes),
+        derived.bucket_s,
     )
 
     def attempt(snapshot: TableSnapshot) -> Change | None:

@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 
 class Appender(Protocol):
-    def append(self, payload: bytes, rtype: int = ..., tag: object = ...) -> Future[int]: ...
+    def append(self, payload: bytes, *, rtype: int = ..., tag: object = ...) -> Future[int]: ...
 
 
 class SnapshotSink(Protocol):

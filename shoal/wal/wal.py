@@ -24,7 +24,8 @@ from shoal.wal.metrics import NOOP_METRICS, WalMetrics
 from shoal.wal.recovery import POLICIES, RecoveryReport, recover
 from shoal.wal.replay import WalRecord, read_records
 from shoal.wal.segment import ActiveSegment, SegmentSet, create_segment, open_segment
-from shoal.wal.writer import FsyncPolicy, OnDurable, Writer
+from shoal.wal.syncer import OnDurable
+from shoal.wal.writer import FsyncPolicy, Writer
 
 logger = logging.getLogger(__name__)
 

@@ -1,9 +1,12 @@
-"""The writer thread: the only owner of the active segment's file handle.
+"""The writer thread: the only thread that writes the active segment.
 
 Appenders put records on a queue and get a ``concurrent.futures.Future``.
-The thread takes everything waiting at once (group commit), writes it with
-one ``pwritev`` per segment, fsyncs per the policy, tells ``on_durable`` and
-only then resolves the futures with their LSNs.
+The thread takes everything waiting at once (group commit) and writes it
+with one ``pwritev`` per segment. Under policy ``always`` it hands the
+written group to the sync thread (:mod:`shoal.wal.syncer`), which fsyncs,
+tells ``on_durable`` and resolves the futures while this thread already
+writes the next group. Under ``interval`` and ``never`` this thread tells
+``on_durable`` and resolves the futures itself, right after the write.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -27,6 +30,7 @@ from shoal.wal.codec import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE, encode_frame
 from shoal.wal.fileops import Buffer, FileOps
 from shoal.wal.metrics import WalMetrics
 from shoal.wal.segment import ActiveSegment, SegmentSet, create_segment
+from shoal.wal.syncer import OnDurable, Syncer, SyncFailed, Written
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +38,6 @@ logger = logging.getLogger(__name__)
 # the previous commit's duration, for acknowledged appenders to come back.
 _GATHER_MAX_S = 0.002
 _GATHER_FRACTION = 0.5
-
-OnDurable = Callable[[Sequence[tuple[int, object]]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,15 +123,20 @@ class Writer:
         self._gather_target = 0
         self._last_commit_s = 0.0
         self._thread = threading.Thread(target=self._run, name="shoal-wal-writer", daemon=True)
+        self._syncer: Syncer | None = None
+        if policy.mode == "always" and refuse is None:
+            self._syncer = Syncer(metrics=metrics, on_durable=on_durable, on_fatal=self._set_fatal)
 
     # -- called from any thread ------------------------------------------------
 
     def start(self) -> None:
+        if self._syncer is not None:
+            self._syncer.start()
         self._thread.start()
 
     @property
     def last_lsn(self) -> int:
-        """The LSN of the last record written (durable under policy always)."""
+        """The LSN of the last record written (maybe not yet fsynced)."""
         return self._next_lsn - 1
 
     @property
@@ -191,12 +198,13 @@ class Writer:
 
     def _take(self) -> list[_Append | _Control]:
         with self._cond:
-            while not self._queue:
+            while not self._queue and self._fatal is None:
                 timeout = self._sync_timeout()
                 if timeout is not None and timeout <= 0:
                     break
                 self._cond.wait(timeout)
-            self._gather()
+            if self._fatal is None:
+                self._gather()
             batch, self._queue = self._queue, []
         return batch
 
@@ -229,13 +237,18 @@ class Writer:
             batch = self._take()
             pos = 0
             try:
+                if self._fatal is not None:  # the sync thread stopped on an error
+                    raise _Fatal(self._fatal)
                 while pos < len(batch):
                     item = batch[pos]
                     if isinstance(item, _Control):
-                        pos += 1
+                        self._drain()
                         self._sync_active()
+                        pos += 1
                         if item.stop:
                             self._close_active()
+                            if self._syncer is not None:
+                                self._syncer.stop()
                             item.future.set_result(None)
                             return
                         item.future.set_result(None)
@@ -261,6 +274,24 @@ class Writer:
                 self._go_fatal(exc.error, batch[pos:])
                 return
 
+    def _set_fatal(self, error: WalFatalError) -> None:
+        """Refuse appends from now on and wake the writer thread to fail the queue."""
+        with self._cond:
+            if self._fatal is None:
+                self._fatal = error
+            self._cond.notify_all()
+
+    def _drain(self) -> None:
+        """Wait until everything written is fsynced and acknowledged (policy always)."""
+        if self._syncer is None:
+            return
+        try:
+            self._syncer.wait_idle()
+        except SyncFailed as exc:
+            raise _Fatal(exc.error) from None
+        if self._active is not None:
+            self._active.unsynced = False
+
     def _sync_timeout(self) -> float | None:
         active = self._active
         if self._policy.mode != "interval" or active is None or not active.unsynced:
@@ -282,7 +313,12 @@ class Writer:
             self._active = None
 
     def _segment_for(self, frame_size: int) -> ActiveSegment:
-        """The segment the next frame goes to, rotating when it would not fit."""
+        """The segment the next frame goes to, rotating when it would not fit.
+
+        Before rotating, everything written to the old segment is fsynced
+        (and, under policy always, acknowledged by the sync thread), so the
+        sync thread only ever holds groups of one segment.
+        """
         seg = self._active
         if (
             seg is not None
@@ -293,6 +329,7 @@ class Writer:
             )
         ):
             return seg
+        self._drain()  # raises _Fatal
         self._sync_active()  # raises _Fatal
         lsn = self._next_lsn
         new = create_segment(self._ops, self._segments.directory, lsn, lsn - 1)
@@ -303,11 +340,14 @@ class Writer:
         return new
 
     def _commit(self, items: list[_Append]) -> WalFatalError | None:
-        """Write, fsync and acknowledge ``items``; return the fatal error, if one happened."""
+        """Write ``items``; hand them to the sync thread or acknowledge them.
+
+        Returns the fatal error, if one happened.
+        """
         durable: list[tuple[int, _Append]] = []
         failure: WalError | None = None
         fatal: WalFatalError | None = None
-        always = self._policy.mode == "always"
+        syncer = self._syncer
         count = len(items)
         i = 0
         while i < count:
@@ -339,21 +379,26 @@ class Writer:
             except OSError as exc:
                 failure = WalAppendError(f"write to {seg.meta.path.name} failed: {exc}")
                 break
-            fsync_seconds = 0.0
-            if always:
-                started = time.monotonic()
-                try:
-                    seg.sync()
-                except OSError as exc:
-                    fatal = WalFatalError(f"fsync of {seg.meta.path.name} failed: {exc}")
-                    break
-                fsync_seconds = time.monotonic() - started
-            elif not was_unsynced:
-                self._unsynced_since = time.monotonic()
-            seg.meta.end = seg.written
             self._next_lsn = lsn + j - i
-            self._metrics.group_committed(j - i, nbytes, fsync_seconds)
-            durable.extend(zip(range(lsn, lsn + j - i), items[i:j], strict=True))
+            if syncer is not None:
+                chunk = items[i:j]
+                group = Written(
+                    seg,
+                    seg.written,
+                    lsn,
+                    [item.future for item in chunk],
+                    [item.tag for item in chunk],
+                    nbytes,
+                )
+                fatal = syncer.hand_off(group)
+                if fatal is not None:
+                    break  # not handed off: items[i:] fail below
+            else:
+                if not was_unsynced:
+                    self._unsynced_since = time.monotonic()
+                seg.meta.end = seg.written
+                self._metrics.group_committed(j - i, nbytes, 0.0)
+                durable.extend(zip(range(lsn, lsn + j - i), items[i:j], strict=True))
             i = j
         if durable and self._on_durable is not None:
             try:
@@ -364,7 +409,7 @@ class Writer:
                 items = [item for _lsn, item in durable] + items[i:]
                 durable, i, count = [], 0, len(items)
         if fatal is not None:
-            self._mark_fatal(fatal)  # before any future resolves: appends now refuse
+            self._set_fatal(fatal)  # before any future resolves: appends now refuse
         for lsn, item in durable:
             item.future.set_result(lsn)
         if i < count:
@@ -376,16 +421,13 @@ class Writer:
                 logger.warning("WAL append of %d record(s) failed: %s", count - i, failure)
         return fatal
 
-    def _mark_fatal(self, error: WalFatalError) -> None:
-        with self._cond:
-            if self._fatal is None:
-                self._fatal = error
-
     def _go_fatal(self, error: WalFatalError, leftovers: Sequence[_Append | _Control]) -> None:
         logger.error("WAL is stopping: %s", error)
+        self._set_fatal(error)
+        error = self._fatal or error
+        if self._syncer is not None:
+            self._syncer.abort(error)  # fails what it holds; returns once it stopped
         with self._cond:
-            if self._fatal is None:
-                self._fatal = error
             queued, self._queue = self._queue, []
         failed = 0
         for item in [*leftovers, *queued]:

@@ -115,3 +115,16 @@ def test_since_until_limits_the_hours(
     hours = sorted(Path(f.path).parent.name for f in table.snapshot().files)
     assert hours.count("hour=2026-11-20T00") == 3
     assert hours.count("hour=2026-11-20T01") == 1
+
+
+def test_relative_data_dir(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the default data dir is relative (./shoal-data): paths must still match the log
+    monkeypatch.chdir(tmp_path)
+    store = TableStore(Path("shoal-data"))
+    _flush_small_files(store, batches=2, rows=200)
+    table = store.open("acme", "metrics")
+    cfg = config_mod.default()
+    result = compact_table(spark, table, cfg)
+    assert (result.files_removed, result.files_added) == (4, 2)

@@ -1,0 +1,359 @@
+"""OTLP/JSON to protobuf wire bytes, fast: typed msgspec decoding, then a wire encoder.
+
+The request is decoded by ``msgspec`` (C) into ``Struct`` types generated
+from the OTLP message descriptors: one attribute per JSON key, with both the
+lowerCamelCase and the original snake_case spelling accepted, 64-bit integers
+as numbers or decimal strings (``strict=False``), doubles as numbers or
+``"NaN"``/``"Infinity"``/``"-Infinity"``. Attribute lists are not decoded
+into objects at all: they stay raw JSON slices, and each distinct slice is
+converted once to its protobuf encoding and cached, since attribute sets
+repeat from point to point and from request to request. The Structs are then
+written out as protobuf wire bytes by a small encoder driven by the same
+descriptors, and the bytes take the protobuf path.
+
+Anything this path does not accept (a wrong type, a bad id, an integer out
+of range, a value with two fields) raises :class:`NotFast`; the caller then
+runs the slower, path-tracking walk of :mod:`shoal.otlp.otlpjson`, which
+either decodes the request or raises the user-facing error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from shoal.errors import DecodeError
+from shoal.otlp import anyvalue
+
+__all__ = ["NotFast", "to_protobuf"]
+
+_KEYVALUE = "opentelemetry.proto.common.v1.KeyValue"
+_ANYVALUE = "opentelemetry.proto.common.v1.AnyValue"
+_HEX_FIELDS = frozenset({"trace_id", "span_id", "parent_span_id"})
+_SKIPPED = frozenset({"entity_refs"})
+_CACHE_LIMIT = 100_000
+
+Encoder = Callable[[Any], bytes]
+_FD = FieldDescriptor
+
+
+class NotFast(Exception):  # noqa: N818 - a signal to fall back, not an error
+    """The fast path does not take this request; use the path-tracking walk."""
+
+
+_SMALL = [bytes((i,)) for i in range(0x80)] + [bytes((i & 0x7F | 0x80, i >> 7)) for i in range(0x80, 0x4000)]
+
+
+def _varint(value: int) -> bytes:
+    if 0 <= value < 0x4000:
+        return _SMALL[value]
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _tag(number: int, wire_type: int) -> bytes:
+    return _varint((number << 3) | wire_type)
+
+
+def _delimited(tag: bytes, payload: bytes) -> bytes:
+    return tag + _varint(len(payload)) + payload
+
+
+# -- scalar encoders: value (already not None) -> tag + payload ----------------------
+
+_RANGES = {
+    _FD.TYPE_INT64: (-(2**63), 2**63 - 1),
+    _FD.TYPE_UINT64: (0, 2**64 - 1),
+    _FD.TYPE_INT32: (-(2**31), 2**31 - 1),
+    _FD.TYPE_UINT32: (0, 2**32 - 1),
+    _FD.TYPE_ENUM: (-(2**31), 2**31 - 1),
+    _FD.TYPE_SINT32: (-(2**31), 2**31 - 1),
+    _FD.TYPE_SINT64: (-(2**63), 2**63 - 1),
+}
+_ZIGZAG = frozenset({_FD.TYPE_SINT32, _FD.TYPE_SINT64})
+_FIXED = {
+    _FD.TYPE_FIXED64: ("Q", 1),
+    _FD.TYPE_SFIXED64: ("q", 1),
+    _FD.TYPE_DOUBLE: ("d", 1),
+    _FD.TYPE_FIXED32: ("I", 5),
+    _FD.TYPE_SFIXED32: ("i", 5),
+    _FD.TYPE_FLOAT: ("f", 5),
+}
+
+
+def _int(raw: Any) -> int:
+    if type(raw) is int:
+        return raw
+    if type(raw) is str:  # an enum given by a number in a string
+        try:
+            return int(raw, 10)
+        except ValueError:
+            raise NotFast from None
+    raise NotFast
+
+
+def _scalar(field: FieldDescriptor) -> tuple[type, Encoder]:
+    """The msgspec type and the encoder of one non-repeated scalar field."""
+    ftype = field.type
+    keep_default = field.containing_oneof is not None  # oneof members and proto3 optional
+    if ftype in _RANGES:
+        lo, hi = _RANGES[ftype]
+        tag = _tag(field.number, 0)
+        names: dict[str, int] = {}
+        zigzag = ftype in _ZIGZAG
+        if ftype == _FD.TYPE_ENUM:
+            assert field.enum_type is not None
+            names = {v.name: v.number for v in field.enum_type.values}
+
+        def varint(raw: Any) -> bytes:
+            value = names[raw] if type(raw) is str and raw in names else _int(raw)
+            if not lo <= value <= hi:
+                raise NotFast
+            if not value and not keep_default:
+                return b""
+            if zigzag:
+                return tag + _varint((value << 1) ^ (value >> 63))
+            return tag + _varint(value & 0xFFFFFFFFFFFFFFFF)
+
+        return (int | str if names else int), varint
+    if ftype in _FIXED:
+        code, wire_type = _FIXED[ftype]
+        packer = struct.Struct("<" + code).pack
+        tag = _tag(field.number, wire_type)
+        is_float = code in "df"
+
+        def fixed(value: Any) -> bytes:
+            if not value and not keep_default:
+                return b""
+            try:
+                return tag + packer(value)
+            except struct.error:
+                raise NotFast from None
+
+        return (float if is_float else int), fixed
+    if ftype == _FD.TYPE_BOOL:
+        tag = _tag(field.number, 0)
+
+        def boolean(value: Any) -> bytes:
+            if type(value) is not bool:
+                raise NotFast
+            return tag + b"\x01" if value else (tag + b"\x00" if keep_default else b"")
+
+        return bool, boolean
+    tag = _tag(field.number, 2)
+    if ftype == _FD.TYPE_STRING:
+
+        def string(value: str) -> bytes:
+            if not value and not keep_default:
+                return b""
+            try:
+                return _delimited(tag, value.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise NotFast from None
+
+        return str, string
+    if ftype == _FD.TYPE_BYTES:
+        convert: Callable[[str], bytes]
+        if field.name in _HEX_FIELDS:
+            convert = bytes.fromhex
+        else:
+            convert = functools.partial(anyvalue.parse_base64, where=field.name)
+
+        def binary(value: str) -> bytes:
+            try:
+                data = convert(value)
+            except (ValueError, DecodeError):
+                raise NotFast from None
+            if not data and not keep_default:
+                return b""
+            return _delimited(tag, data)
+
+        return str, binary
+    raise NotFast  # pragma: no cover - OTLP has no other scalar types
+
+
+def _packed(field: FieldDescriptor) -> tuple[type, Encoder]:
+    """A repeated numeric field (proto3 packs them)."""
+    tag = _tag(field.number, 2)
+    if field.type in _FIXED:
+        code = _FIXED[field.type][0]
+
+        def fixed(values: list[Any]) -> bytes:
+            if not values:
+                return b""
+            try:
+                return _delimited(tag, struct.pack(f"<{len(values)}{code}", *values))
+            except struct.error:
+                raise NotFast from None
+
+        return list[float] if code in "df" else list[int], fixed
+    _, one = _scalar(field)  # varints: encode each without its tag
+    tag_len = len(_tag(field.number, 0))
+
+    def varints(values: list[Any]) -> bytes:
+        if not values:
+            return b""
+        return _delimited(tag, b"".join(one(v)[tag_len:] or b"\x00" for v in values))
+
+    return list[int | str], varints
+
+
+# -- attribute lists and values ----------------------------------------------------------
+
+_keyvalues: dict[tuple[bytes, bytes], bytes] = {}
+
+
+def _keyvalue_list(number: int) -> tuple[type, Encoder]:
+    """A repeated ``KeyValue`` field, kept as a raw JSON slice and cached by it."""
+    tag = _tag(number, 2)
+
+    def encode(raw: msgspec.Raw) -> bytes:
+        if not raw:
+            return b""
+        key = (tag, bytes(raw))
+        hit = _keyvalues.get(key)
+        if hit is None:
+            try:
+                kvs = anyvalue.keyvalues_from_json(json.loads(key[1]))
+                hit = b"".join(_delimited(tag, kv.SerializeToString()) for kv in kvs)
+            except (DecodeError, ValueError, TypeError, RecursionError):
+                raise NotFast from None
+            if len(_keyvalues) >= _CACHE_LIMIT:
+                _keyvalues.clear()
+            _keyvalues[key] = hit
+        return hit
+
+    return msgspec.Raw, encode
+
+
+class _Value(msgspec.Struct, kw_only=True, gc=False, forbid_unknown_fields=True):
+    """An ``AnyValue`` holding a string, the common case, decoded without the general walk."""
+
+    stringValue: str | None = None  # noqa: N815 - OTLP/JSON spelling
+    string_value: str | None = None
+
+
+_VALUE_DECODER = msgspec.json.Decoder(_Value)
+
+
+def _any_value(number: int) -> tuple[type, Encoder]:
+    tag = _tag(number, 2)
+
+    def encode(raw: msgspec.Raw) -> bytes:
+        if not raw:
+            return b""
+        try:
+            value = _VALUE_DECODER.decode(raw)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            value = None
+        if value is not None and (value.stringValue is None) != (value.string_value is None):
+            text = value.stringValue if value.stringValue is not None else value.string_value
+            assert text is not None
+            try:
+                return _delimited(tag, _delimited(b"\x0a", text.encode("utf-8")))
+            except UnicodeEncodeError:
+                raise NotFast from None
+        try:
+            message = AnyValue(**anyvalue.value_kwargs(json.loads(bytes(raw)), "value"))
+            return _delimited(tag, message.SerializeToString())
+        except (DecodeError, ValueError, TypeError, RecursionError):
+            raise NotFast from None
+
+    return msgspec.Raw, encode
+
+
+# -- messages -----------------------------------------------------------------------------
+
+_Field = tuple[str, str | None, Encoder, bool]
+
+
+@functools.cache
+def _message(descriptor: Descriptor) -> tuple[type[msgspec.Struct], Encoder]:
+    """The Struct type of a message and the encoder of its body (no tag, no length)."""
+    struct_fields: list[tuple[str, Any, Any]] = []
+    fields: list[_Field] = []
+    for field in descriptor.fields:
+        if field.name.endswith("_strindex") or field.name in _SKIPPED:
+            continue
+        typ, enc = _field(field)
+        alt = field.name if field.name != field.json_name else None
+        # msgspec takes Raw only on its own (not in a union): absent is an empty Raw
+        is_raw = typ is msgspec.Raw
+        spec = (typ, msgspec.Raw()) if is_raw else (typ | None, None)
+        struct_fields.append((field.json_name, *spec))
+        if alt is not None:
+            struct_fields.append((alt, *spec))
+        fields.append((field.json_name, alt, enc, is_raw))
+    cls = msgspec.defstruct(
+        descriptor.name + "Json", struct_fields, kw_only=True, gc=False, module=__name__
+    )
+    order = [name for name, _, _ in struct_fields]
+    # (position, position of the snake_case spelling or -1, encoder, kept as Raw)
+    specs = tuple(
+        (order.index(name), order.index(alt) if alt else -1, enc, is_raw)
+        for name, alt, enc, is_raw in fields
+    )
+    astuple = msgspec.structs.astuple
+
+    def encode(obj: Any) -> bytes:
+        values = astuple(obj)
+        out = []
+        for at, alt_at, enc, is_raw in specs:
+            value = values[at]
+            if alt_at >= 0 and (value is None or (is_raw and not value)):
+                value = values[alt_at]
+            if value is not None:
+                out.append(enc(value))
+        return b"".join(out)
+
+    return cls, encode
+
+
+def _field(field: FieldDescriptor) -> tuple[Any, Encoder]:
+    repeated = bool(field.is_repeated)
+    if field.type != _FD.TYPE_MESSAGE:
+        return _packed(field) if repeated else _scalar(field)
+    assert field.message_type is not None
+    name = field.message_type.full_name
+    if name == _KEYVALUE and repeated:
+        return _keyvalue_list(field.number)
+    if name == _ANYVALUE and not repeated:
+        return _any_value(field.number)
+    if name in (_KEYVALUE, _ANYVALUE):  # pragma: no cover - not in the OTLP request messages
+        raise TypeError(f"unsupported field {field.full_name}")
+    cls, body = _message(field.message_type)
+    tag = _tag(field.number, 2)
+    if not repeated:
+        return cls, lambda obj: _delimited(tag, body(obj))
+
+    def many(items: list[Any]) -> bytes:
+        return b"".join([_delimited(tag, body(obj)) for obj in items])
+
+    return list[cls], many  # type: ignore[valid-type]
+
+
+@functools.cache
+def _decoder(descriptor: Descriptor) -> tuple[msgspec.json.Decoder[Any], Encoder]:
+    cls, encode = _message(descriptor)
+    return msgspec.json.Decoder(cls, strict=False), encode
+
+
+def to_protobuf(descriptor: Descriptor, body: bytes) -> bytes:
+    """The protobuf encoding of the OTLP/JSON request ``body``; raises :class:`NotFast`."""
+    decoder, encode = _decoder(descriptor)
+    try:
+        return encode(decoder.decode(body))
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        raise NotFast from None
+
