@@ -34,11 +34,6 @@ from shoal.wal.syncer import OnDurable, Syncer, SyncFailed, Written
 
 logger = logging.getLogger(__name__)
 
-# Group-commit gathering: wait at most this long, and at most this fraction of
-# the previous commit's duration, for acknowledged appenders to come back.
-_GATHER_MAX_S = 0.002
-_GATHER_FRACTION = 0.5
-
 
 @dataclass(frozen=True, slots=True)
 class FsyncPolicy:
@@ -119,9 +114,6 @@ class Writer:
         self._closed = False
         self._fatal: WalFatalError | None = None
         self._unsynced_since = 0.0
-        self._concurrency = 1  # estimated appenders in flight (see _gather)
-        self._gather_target = 0
-        self._last_commit_s = 0.0
         self._thread = threading.Thread(target=self._run, name="shoal-wal-writer", daemon=True)
         self._syncer: Syncer | None = None
         if policy.mode == "always" and refuse is None:
@@ -160,7 +152,7 @@ class Writer:
             self._check_open()
             self._queue.append(item)
             waiting = len(self._queue)
-            if waiting == 1 or waiting == self._gather_target:
+            if waiting == 1:
                 self._cond.notify()
         return future
 
@@ -203,34 +195,8 @@ class Writer:
                 if timeout is not None and timeout <= 0:
                     break
                 self._cond.wait(timeout)
-            if self._fatal is None:
-                self._gather()
             batch, self._queue = self._queue, []
         return batch
-
-    def _gather(self) -> None:
-        """Briefly wait for appenders that were just acknowledged (lock held).
-
-        Without this, N appenders that each wait for their acknowledgement
-        settle into two alternating groups of N/2: the records acknowledged by
-        one fsync come back just after the next one started. The writer
-        estimates the concurrency as the last group plus what queued during
-        its commit, and waits for that many records, at most a fraction of
-        the last commit's duration. A lone appender (estimate 1) never waits.
-        """
-        target = self._concurrency
-        if len(self._queue) >= target or self._policy.mode != "always":
-            return
-        deadline = time.monotonic() + min(_GATHER_MAX_S, self._last_commit_s * _GATHER_FRACTION)
-        self._gather_target = target
-        try:
-            while len(self._queue) < target:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._cond.wait(remaining)
-        finally:
-            self._gather_target = 0
 
     def _loop(self) -> None:
         while True:
@@ -260,13 +226,9 @@ class Writer:
                             break
                         run.append(nxt)
                         pos += 1
-                    started = time.monotonic()
                     fatal = self._commit(run)
                     if fatal is not None:
                         raise _Fatal(fatal)
-                    self._last_commit_s = time.monotonic() - started
-                    with self._cond:
-                        self._concurrency = len(run) + len(self._queue)
                 timeout = self._sync_timeout()
                 if timeout is not None and timeout <= 0:
                     self._sync_active()
