@@ -13,8 +13,13 @@ snapshot and times four queries:
 
 shoal answers through :class:`shoal.query.QueryService` (session building, the
 union with the snapshot, limits); DuckDB and chDB read the committed Parquet
-files directly (no snapshot, no tenancy). Each figure is the median of
-``--repeat`` runs after one warm-up run, measured side by side in one process.
+files directly (no snapshot, no tenancy), each with as many threads as
+shoal's DataFusion sessions have partitions (the core count). Each figure is
+the median of ``--repeat`` runs after one warm-up run of every engine (warm
+OS and metadata caches on all sides); the engines take turns run by run, so
+a change in the load of a shared machine hits all three alike. ``cpu`` is the
+process CPU time per query (all three run in this process), a steadier
+measure of the work done than wall time on a busy machine.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import asyncio
 import dataclasses
 import datetime as dt
 import logging
+import os
+import resource
 import statistics
 import sys
 import time
@@ -183,14 +190,28 @@ def queries() -> list[Query]:
     ]
 
 
-def _median_ms(fn: Callable[[], int], repeat: int) -> tuple[float, int]:
-    rows = fn()  # warm-up
-    times = []
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _interleaved(
+    fns: list[Callable[[], int]], repeat: int
+) -> list[tuple[float, float, int]]:
+    """(median wall ms, median CPU ms, rows) of each of ``fns``, run in turns after a warm-up."""
+    rows = [fn() for fn in fns]
+    wall: list[list[float]] = [[] for _ in fns]
+    cpu: list[list[float]] = [[] for _ in fns]
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        rows = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1000, rows
+        for i, fn in enumerate(fns):
+            t0, c0 = time.perf_counter(), _cpu_s()
+            rows[i] = fn()
+            wall[i].append(time.perf_counter() - t0)
+            cpu[i].append(_cpu_s() - c0)
+    return [
+        (statistics.median(w) * 1000, statistics.median(c) * 1000, r)
+        for w, c, r in zip(wall, cpu, rows, strict=True)
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -215,8 +236,10 @@ def run(args: argparse.Namespace) -> int:
     import chdb
     import duckdb
 
+    threads = os.cpu_count() or 1  # DataFusion's target_partitions default
     duck = duckdb.connect()
     duck.execute("SET TimeZone = 'UTC'")
+    duck.execute(f"SET threads = {threads}")
     duck_src = "read_parquet([" + ",".join(f"'{f}'" for f in files) + "])"
     glob = str(data_dir / "tenants" / TENANT / "metrics" / "hour=*" / "*.parquet")
     # chDB reads by glob, which is right here: the bench table has no removed files.
@@ -232,31 +255,37 @@ def run(args: argparse.Namespace) -> int:
         return go
 
     def duck_q(sql: str) -> Callable[[], int]:
-        return lambda: int(duck.execute(sql).to_arrow_table().num_rows)
+        return lambda: int(duck.sql(sql).to_arrow_table().num_rows)
 
     def chdb_q(sql: str) -> Callable[[], int]:
-        return lambda: int(chdb.query(sql, "ArrowTable").num_rows)
+        settings = f" SETTINGS max_threads = {threads}"
+        return lambda: int(chdb.query(sql + settings, "ArrowTable").num_rows)
 
     header = (
         f"{'query':<22} {'shoal ms':>9} {'duckdb ms':>10} {'chdb ms':>9} "
-        f"{'vs best':>8} {'rows shoal/duck/ch':>26}"
+        f"{'vs best':>8} {'cpu ms shoal/duck/ch':>22} {'rows shoal/duck/ch':>26}"
     )
     print(
         f"\n{args.points:,} points in {len(files)} Parquet files + {args.snapshot_rows:,} "
-        f"snapshot rows; median of {args.repeat} runs"
+        f"snapshot rows; median of {args.repeat} runs; {threads} threads each"
     )
     print(header)
     print("-" * len(header))
     worst = 0.0
     for q in queries():
-        s_ms, s_rows = _median_ms(shoal_q(q.datafusion.format(t="metrics")), args.repeat)
-        d_ms, d_rows = _median_ms(duck_q(q.duckdb.format(t=duck_src)), args.repeat)
-        c_ms, c_rows = _median_ms(chdb_q(q.chdb.format(t=chdb_src)), args.repeat)
+        (s_ms, s_cpu, s_rows), (d_ms, d_cpu, d_rows), (c_ms, c_cpu, c_rows) = _interleaved(
+            [
+                shoal_q(q.datafusion.format(t="metrics")),
+                duck_q(q.duckdb.format(t=duck_src)),
+                chdb_q(q.chdb.format(t=chdb_src)),
+            ],
+            args.repeat,
+        )
         ratio = s_ms / min(d_ms, c_ms)
         worst = max(worst, ratio)
         print(
             f"{q.name:<22} {s_ms:9.1f} {d_ms:10.1f} {c_ms:9.1f} {ratio:7.2f}x "
-            f"{f'{s_rows}/{d_rows}/{c_rows}':>26}"
+            f"{f'{s_cpu:.0f}/{d_cpu:.0f}/{c_cpu:.0f}':>22} {f'{s_rows}/{d_rows}/{c_rows}':>26}"
         )
     print(f"worst ratio to the faster of DuckDB and chDB: {worst:.2f}x (target <= 1.2x)")
     loop.close()

@@ -131,7 +131,5 @@ def decode_lists(lists: pa.Array, where: str = "attributes") -> Attributes:
         np.cumsum(typed, out=type_offsets[1:])
         types_u = pa.array([e[2] for e in entries], pa.string())
         keep = pa.array(np.nonzero(typed)[0])
-        types = _maps(
-            type_offsets[offsets], keys.take(keep), types_u.take(indices.take(keep))
-        )
+        types = _maps(type_offsets[offsets], keys.take(keep), types_u.take(indices.take(keep)))
     return Attributes(values, types, set_hash)

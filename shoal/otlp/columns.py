@@ -18,6 +18,8 @@ BOOL = npt.NDArray[np.bool_]
 INT64_MAX = 2**63 - 1
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _HEX_PAIRS = np.stack([_HEX[np.arange(256) >> 4], _HEX[np.arange(256) & 15]], axis=1)
+# byte -> its two hex digits as one little-endian uint16 (first digit in the low byte)
+_HEX16 = (_HEX_PAIRS[:, 0].astype("<u2") | (_HEX_PAIRS[:, 1].astype("<u2") << 8)).astype("<u2")
 
 
 _NO_STRINGS = pa.array([], pa.string())
@@ -53,27 +55,45 @@ def nulls(n: int, type_: pa.DataType) -> pa.Array:
 class Broadcast:
     """Columns of a few owner rows (scopes, metrics) to repeat for the rows they own.
 
-    Map columns without any entry are not taken but replaced by cached empty
-    maps; the others are taken together in one ``Table.take``.
+    Each Arrow kernel call costs several microseconds whatever its size, so
+    columns that need no gather are built directly: maps without any entry
+    become cached empty maps, all-null columns cached null arrays, integer
+    columns holding a single value a numpy fill. The others are taken
+    together in one ``Table.take``.
     """
 
     def __init__(self, columns: dict[str, pa.Array]) -> None:
-        self.names = list(columns)
-        self._empty = {
-            name
-            for name, column in columns.items()
-            if isinstance(column, pa.MapArray) and len(column.keys) == 0
-        }
-        self._table = pa.table({k: v for k, v in columns.items() if k not in self._empty})
+        self._empty: list[str] = []
+        self._null: list[tuple[str, pa.DataType]] = []
+        self._constant: list[tuple[str, pa.DataType, int]] = []
+        gathered: dict[str, pa.Array] = {}
+        for name, column in columns.items():
+            if isinstance(column, pa.MapArray) and len(column.keys) == 0:
+                self._empty.append(name)
+            elif column.null_count == len(column):
+                self._null.append((name, column.type))
+            elif pa.types.is_integer(column.type) and column.null_count == 0:
+                values = column.to_numpy()
+                if (values == values[0]).all():
+                    self._constant.append((name, column.type, int(values[0])))
+                else:
+                    gathered[name] = column
+            else:
+                gathered[name] = column
+        self._table = pa.table(gathered) if gathered else None
 
     def take(self, indices: I64) -> dict[str, pa.Array | pa.ChunkedArray]:
         n = len(indices)
-        taken = self._table.take(pa.array(indices, type=pa.int64()))
-        out: dict[str, pa.Array | pa.ChunkedArray] = dict(
-            zip(taken.column_names, taken.columns, strict=True)
-        )
+        out: dict[str, pa.Array | pa.ChunkedArray] = {}
+        if self._table is not None:
+            taken = self._table.take(pa.array(indices, type=pa.int64()))
+            out.update(zip(taken.column_names, taken.columns, strict=True))
         for name in self._empty:
             out[name] = empty_maps(n)
+        for name, type_ in self._null:
+            out[name] = nulls(n, type_)
+        for name, type_, value in self._constant:
+            out[name] = pa.array(np.full(n, value, dtype=type_.to_pandas_dtype()), type=type_)
         return out
 
 
@@ -112,6 +132,13 @@ def as_int64(values: U64) -> pa.Array:
     return pa.array(np.where(over_int64(values), 0, values).astype(np.int64))
 
 
+def u32_as_int64(array: pa.Array) -> pa.Array:
+    """A uint32 column (flags, dropped counts) as int64, nulls as 0: one cast, no numpy trip."""
+    if array.null_count:
+        array = array.fill_null(0)
+    return array.cast(pa.int64())
+
+
 def timestamps(nanos: I64, valid: BOOL | None = None) -> pa.Array:
     """Microsecond UTC timestamps (floor of the nanoseconds); rows not ``valid`` are null."""
     micros = nanos // 1000
@@ -128,21 +155,27 @@ def hex_ids(ids: pa.Array, size: int) -> tuple[pa.Array, BOOL]:
     ``size`` (invalid ids).
     """
     n = len(ids)
-    lengths = pc.binary_length(ids).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    buffers = ids.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int32)[ids.offset : ids.offset + n + 1]
+    if ids.null_count:
+        lengths = pc.binary_length(ids).fill_null(0).to_numpy(zero_copy_only=False)
+    else:
+        lengths = np.diff(offsets)
     good = lengths == size
     bad = (lengths != 0) & ~good
     if not good.any():
         return pa.nulls(n, pa.string()), bad
-    buffers = ids.buffers()
-    offsets = np.frombuffer(buffers[1], dtype=np.int32)[ids.offset : ids.offset + n + 1]
     data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else None
     assert data is not None
-    starts = offsets[:-1][good].astype(np.int64)
-    matrix = data[starts[:, None] + np.arange(size)]
+    if good.all() and ids.null_count == 0:  # the common case: a contiguous n x size block
+        matrix = data[offsets[0] : offsets[0] + n * size].reshape(n, size)
+    else:
+        starts = offsets[:-1][good].astype(np.int64)
+        matrix = data[starts[:, None] + np.arange(size)]
     nonzero = matrix.any(axis=1)
     present = good.copy()
     present[good] = nonzero
-    text = _HEX_PAIRS[matrix[nonzero]].reshape(-1)
+    text = np.take(_HEX16, matrix if nonzero.all() else matrix[nonzero])
     out_offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.where(present, 2 * size, 0), out=out_offsets[1:])
     validity = pa.py_buffer(np.packbits(present, bitorder="little").tobytes())

@@ -90,7 +90,11 @@ class _Scope:
 _CACHE_LIMIT = 4096
 _resources: dict[bytes, _Resource] = {}
 _scopes: dict[bytes, _Scope] = {}
-_ScopesKey = tuple[tuple[bytes, ...], tuple[str, ...], tuple[int, ...], tuple[bytes, ...], tuple[str, ...]]
+# per request: resource bytes, resource schema URLs, parent resource of each scope,
+# scope bytes, scope schema URLs
+_ScopesKey = tuple[
+    tuple[bytes, ...], tuple[str, ...], tuple[int, ...], tuple[bytes, ...], tuple[str, ...]
+]
 _blocks: dict[_ScopesKey, tuple[Broadcast, U64]] = {}
 
 

@@ -51,9 +51,9 @@ def _row(raw: bytes) -> dict[str, Any]:
         raise DecodeError(str(exc)) from None
     return {
         "time_unix_nano": ex.time_unix_nano,
-        "value": ex.as_double if kind == "as_double" else (
-            float(ex.as_int) if kind == "as_int" else None
-        ),
+        "value": ex.as_double
+        if kind == "as_double"
+        else (float(ex.as_int) if kind == "as_int" else None),
         "value_int": ex.as_int if kind == "as_int" else None,
         "trace_id": trace_id,
         "span_id": span_id,

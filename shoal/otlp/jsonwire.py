@@ -44,11 +44,13 @@ Encoder = Callable[[Any], bytes]
 _FD = FieldDescriptor
 
 
-class NotFast(Exception):  # noqa: N818 - a signal to fall back, not an error
+class NotFast(Exception):
     """The fast path does not take this request; use the path-tracking walk."""
 
 
-_SMALL = [bytes((i,)) for i in range(0x80)] + [bytes((i & 0x7F | 0x80, i >> 7)) for i in range(0x80, 0x4000)]
+# varints below 2**14 (lengths, small ints, tags): one or two bytes, looked up
+_SMALL = [bytes((i,)) for i in range(0x80)]
+_SMALL += [bytes((i & 0x7F | 0x80, i >> 7)) for i in range(0x80, 0x4000)]
 
 
 def _varint(value: int) -> bytes:
@@ -103,7 +105,7 @@ def _int(raw: Any) -> int:
     raise NotFast
 
 
-def _scalar(field: FieldDescriptor) -> tuple[type, Encoder]:
+def _scalar(field: FieldDescriptor) -> tuple[Any, Encoder]:
     """The msgspec type and the encoder of one non-repeated scalar field."""
     ftype = field.type
     keep_default = field.containing_oneof is not None  # oneof members and proto3 optional
@@ -240,7 +242,7 @@ def _keyvalue_list(number: int) -> tuple[type, Encoder]:
 class _Value(msgspec.Struct, kw_only=True, gc=False, forbid_unknown_fields=True):
     """An ``AnyValue`` holding a string, the common case, decoded without the general walk."""
 
-    stringValue: str | None = None  # noqa: N815 - OTLP/JSON spelling
+    stringValue: str | None = None
     string_value: str | None = None
 
 
@@ -349,11 +351,10 @@ def _decoder(descriptor: Descriptor) -> tuple[msgspec.json.Decoder[Any], Encoder
     return msgspec.json.Decoder(cls, strict=False), encode
 
 
-def to_protobuf(descriptor: Descriptor, body: bytes) -> bytes:
+def to_protobuf(descriptor: Descriptor | Any, body: bytes) -> bytes:
     """The protobuf encoding of the OTLP/JSON request ``body``; raises :class:`NotFast`."""
     decoder, encode = _decoder(descriptor)
     try:
         return encode(decoder.decode(body))
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         raise NotFast from None
-

@@ -8,7 +8,15 @@ import pyarrow.compute as pc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValueList
 
 from shoal.otlp import anyvalue, attributes
-from shoal.otlp.columns import BOOL, as_int64, flatten, hex_ids, over_int64, timestamps, u64
+from shoal.otlp.columns import (
+    BOOL,
+    flatten,
+    hex_ids,
+    over_int64,
+    timestamps,
+    u32_as_int64,
+    u64,
+)
 from shoal.otlp.common import DecodeResult, Rejections, scopes, text_or_null
 from shoal.otlp.schema import LOGS_SCHEMA
 
@@ -82,10 +90,10 @@ def decode(request: pa.StructArray) -> DecodeResult:
         "event_name": text_or_null(records.field("event_name")),
         "trace_id": trace_id,
         "span_id": span_id,
-        "flags": as_int64(u64(records.field("flags"))),
+        "flags": u32_as_int64(records.field("flags")),
         "attributes": attrs.values,
         "attributes_types": attrs.types,
-        "dropped_attributes_count": as_int64(u64(records.field("dropped_attributes_count"))),
+        "dropped_attributes_count": u32_as_int64(records.field("dropped_attributes_count")),
         **sc.take(scope_idx),
     }
     table = pa.Table.from_arrays([columns[f.name] for f in LOGS_SCHEMA], schema=LOGS_SCHEMA)

@@ -27,6 +27,7 @@ from shoal.otlp.columns import (
     nulls,
     over_int64,
     timestamps,
+    u32_as_int64,
     u64,
 )
 from shoal.otlp.common import (
@@ -66,9 +67,7 @@ def _counts_list(lists: pa.Array) -> tuple[pa.Array, BOOL]:
     return out, bad_rows
 
 
-def _point_columns(
-    kind: str, points: pa.Array, rej: Rejections, keep: BOOL
-) -> dict[str, pa.Array]:
+def _point_columns(kind: str, points: pa.Array, rej: Rejections, keep: BOOL) -> dict[str, pa.Array]:
     cols: dict[str, pa.Array] = {}
     if kind == "number":
         as_double = points.field("as_double")
@@ -185,6 +184,24 @@ def _name_hash(name: str) -> int:
     return hash_text(name)
 
 
+class _Concatenated:
+    """Point structs of several metric types (gauge and sum), concatenated field by field.
+
+    Concatenating the struct arrays themselves copies every child, exemplars
+    and all; only the fields that are read are concatenated here.
+    """
+
+    def __init__(self, pieces: list[pa.Array]) -> None:
+        self._pieces = pieces
+        self._length = sum(len(p) for p in pieces)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def field(self, name: str) -> pa.Array:
+        return pa.concat_arrays([p.field(name) for p in self._pieces])
+
+
 def decode(request: pa.StructArray) -> DecodeResult:
     """Rows of ``METRICS_SCHEMA`` from the decoded request struct."""
     sc = scopes(request, "resource_metrics", "scope_metrics")
@@ -220,7 +237,7 @@ def decode(request: pa.StructArray) -> DecodeResult:
                 piece_owners.append(owner_of_point)
         if not pieces:
             continue
-        points = pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
+        points = pieces[0] if len(pieces) == 1 else _Concatenated(pieces)
         owner = piece_owners[0] if len(pieces) == 1 else np.concatenate(piece_owners)
         keep = np.ones(len(points), dtype=np.bool_)
         rej.mask("metric name is empty", nameless[owner], keep)
@@ -240,9 +257,7 @@ def decode(request: pa.StructArray) -> DecodeResult:
     )
     owner = owners[0] if len(owners) == 1 else np.concatenate(owners)
     scope_idx = metric_scope[owner]
-    series = series_ids(
-        name_hash[owner], np.concatenate(hashes), sc.resource_hash[scope_idx]
-    )
+    series = series_ids(name_hash[owner], np.concatenate(hashes), sc.resource_hash[scope_idx])
     metric_columns = per_metric.take(owner)
     by_scope = sc.take(scope_idx)
     n = len(owner)
@@ -282,5 +297,5 @@ def _common_point_columns(
     cols["start_time_unix_nano"] = pa.array(start_i)
     cols["attributes"] = attrs.values
     cols["attributes_types"] = attrs.types
-    cols["flags"] = points.field("flags").cast(pa.int64())
+    cols["flags"] = u32_as_int64(points.field("flags"))
     return attrs.set_hash

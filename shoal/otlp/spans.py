@@ -16,6 +16,7 @@ from shoal.otlp.columns import (
     list_offsets,
     over_int64,
     timestamps,
+    u32_as_int64,
     u64,
 )
 from shoal.otlp.common import DecodeResult, Rejections, scopes, text_or_null
@@ -41,7 +42,7 @@ def _events(lists: pa.Array) -> tuple[pa.Array, BOOL]:
             text_or_null(events.field("name")),
             attrs.values,
             attrs.types,
-            as_int64(u64(events.field("dropped_attributes_count"))),
+            u32_as_int64(events.field("dropped_attributes_count")),
         ],
         fields=list(SPAN_EVENT),
     )
@@ -64,8 +65,8 @@ def _links(lists: pa.Array) -> tuple[pa.Array, BOOL]:
             text_or_null(links.field("trace_state")),
             attrs.values,
             attrs.types,
-            as_int64(u64(links.field("dropped_attributes_count"))),
-            as_int64(u64(links.field("flags"))),
+            u32_as_int64(links.field("dropped_attributes_count")),
+            u32_as_int64(links.field("flags")),
         ],
         fields=list(SPAN_LINK),
     )
@@ -115,7 +116,7 @@ def decode(request: pa.StructArray) -> DecodeResult:
         "span_id": span_id.fill_null(""),
         "parent_span_id": parent,
         "trace_state": text_or_null(spans.field("trace_state")),
-        "flags": as_int64(u64(spans.field("flags"))),
+        "flags": u32_as_int64(spans.field("flags")),
         "name": spans.field("name"),
         "kind": spans.field("kind"),
         "status_code": pc.if_else(status_valid, status.field("code"), 0).cast(pa.int32()),
@@ -124,11 +125,11 @@ def decode(request: pa.StructArray) -> DecodeResult:
         ),
         "attributes": attrs.values,
         "attributes_types": attrs.types,
-        "dropped_attributes_count": as_int64(u64(spans.field("dropped_attributes_count"))),
+        "dropped_attributes_count": u32_as_int64(spans.field("dropped_attributes_count")),
         "events": events,
-        "dropped_events_count": as_int64(u64(spans.field("dropped_events_count"))),
+        "dropped_events_count": u32_as_int64(spans.field("dropped_events_count")),
         "links": links,
-        "dropped_links_count": as_int64(u64(spans.field("dropped_links_count"))),
+        "dropped_links_count": u32_as_int64(spans.field("dropped_links_count")),
         **sc.take(scope_idx),
     }
     table = pa.Table.from_arrays([columns[f.name] for f in SPANS_SCHEMA], schema=SPANS_SCHEMA)

@@ -186,7 +186,8 @@ class QueryService:
         if isinstance(limits, Config):
             limits = limits_from_config(limits)
         self.limits = limits or Limits()
-        self.cache = engine.ParquetViewCache()
+        # link directories of an evicted view outlive every query that may still read them
+        self.cache = engine.ParquetViewCache(linger_s=2 * self.limits.timeout_s + 60)
         self.coalescer = BatchCoalescer()
         self.sessions = engine.SessionPool(
             self.limits.memory_bytes, max_idle=4 * self.limits.max_concurrency
@@ -307,6 +308,7 @@ class QueryService:
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self.cache.close()
 
 
 __all__ = ["Prepared", "QueryError", "QueryLimitError", "QueryResult", "QueryService"]

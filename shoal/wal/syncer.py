@@ -26,11 +26,6 @@ from shoal.wal.segment import ActiveSegment
 
 logger = logging.getLogger(__name__)
 
-# Gathering (see Syncer._gather): wait at most this long, and at most this
-# fraction of the previous fsync's duration, for more records to be written.
-_GATHER_MAX_S = 0.002
-_GATHER_FRACTION = 0.5
-
 OnDurable = Callable[[Sequence[tuple[int, object]]], None]
 
 
@@ -85,10 +80,8 @@ class Syncer:
         self._cond = threading.Condition()
         self._pending: list[Written] = []
         self._pending_records = 0
-        self._gather_target = 0  # hand_off wakes the gathering thread at this count
-        self._concurrency = 1  # estimated appenders in flight (see _gather)
+        self._concurrency = 1  # records in the last fsync + written meanwhile
         self._last_sync_s = 0.0
-        self._waiting_idle = 0
         self._busy = False
         self._stopping = False
         self._fatal: WalFatalError | None = None
@@ -109,8 +102,8 @@ class Syncer:
                 return self._fatal
             self._pending.append(group)
             self._pending_records += len(group.futures)
-            if not self._busy and self._pending_records >= self._gather_target:
-                self._cond.notify_all()  # idle, or gathering and the target is reached
+            if not self._busy:
+                self._cond.notify_all()
         return None
 
     def wait_idle(self) -> None:
@@ -119,13 +112,8 @@ class Syncer:
         Raises :class:`SyncFailed` if the sync thread stopped on a fatal error.
         """
         with self._cond:
-            self._waiting_idle += 1
-            self._cond.notify_all()  # do not gather for a writer that waits
-            try:
-                while (self._pending or self._busy) and self._fatal is None:
-                    self._cond.wait()
-            finally:
-                self._waiting_idle -= 1
+            while (self._pending or self._busy) and self._fatal is None:
+                self._cond.wait()
             if self._fatal is not None:
                 raise SyncFailed(self._fatal)
 
@@ -165,7 +153,6 @@ class Syncer:
                         break
                     if not self._pending:
                         return  # stopping, and everything is acknowledged
-                    self._gather()
                     groups, self._pending = self._pending, []
                     records, self._pending_records = self._pending_records, 0
                     self._busy = True
@@ -182,35 +169,15 @@ class Syncer:
             error = WalFatalError(f"WAL sync thread failed: {exc!r}")
         self._stop_fatal(error, groups)
 
-    def _gather(self) -> None:
-        """Briefly wait for more written records before an fsync (lock held).
-
-        Appenders that each wait for their acknowledgement come back one by
-        one after an fsync; fsyncing the first few at once would split them
-        into groups that alternate, each paying an fsync. The thread
-        estimates the concurrency as its last group plus what was written
-        during that fsync and waits for that many records, at most a
-        fraction of the last fsync's duration. A lone appender (estimate 1)
-        never waits, nor does a writer that waits for the thread to be idle.
-        """
-        target = self._concurrency
-        if self._pending_records >= target:
-            return
-        deadline = time.monotonic() + min(_GATHER_MAX_S, self._last_sync_s * _GATHER_FRACTION)
-        self._gather_target = target
-        try:
-            while (
-                self._pending_records < target
-                and self._fatal is None
-                and not self._stopping
-                and not self._waiting_idle
-            ):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._cond.wait(remaining)
-        finally:
-            self._gather_target = 0
+    def gather_hint(self) -> tuple[int, float] | None:
+        """For the writer's group gathering: None while an fsync is pending or
+        running (then the writer writes at once, overlapping it); otherwise
+        the records in flight around the last fsync (its group plus what was
+        written while it ran) and that fsync's duration in seconds."""
+        with self._cond:
+            if self._busy or self._pending:
+                return None
+            return self._concurrency, self._last_sync_s
 
     def _sync(self, groups: list[Written]) -> WalFatalError | None:
         """fsync, on_durable, resolve; the fatal error instead, if one happened."""

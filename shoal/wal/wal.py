@@ -84,7 +84,8 @@ class Wal:
         (for a caller that knows higher LSNs were already used, for example
         committed to a table).
 
-        ``on_durable`` is called by the writer thread with ``[(lsn, tag), ...]``
+        ``on_durable`` is called from a WAL thread (the sync thread under
+        policy always, the writer thread otherwise) with ``[(lsn, tag), ...]``
         in LSN order once a group is durable (written, under policies
         interval and never), before the group's futures resolve. It must be
         quick and must not raise: if it raises, the WAL treats it as fatal.

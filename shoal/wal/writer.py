@@ -34,6 +34,11 @@ from shoal.wal.syncer import OnDurable, Syncer, SyncFailed, Written
 
 logger = logging.getLogger(__name__)
 
+# Group gathering (see Writer._gather): wait at most this long, and at most
+# this fraction of the previous fsync's duration, for appenders to come back.
+_GATHER_MAX_S = 0.002
+_GATHER_FRACTION = 0.5
+
 
 @dataclass(frozen=True, slots=True)
 class FsyncPolicy:
@@ -114,9 +119,10 @@ class Writer:
         self._closed = False
         self._fatal: WalFatalError | None = None
         self._unsynced_since = 0.0
+        self._gather_target = 0  # submit wakes the gathering writer at this count
         self._thread = threading.Thread(target=self._run, name="shoal-wal-writer", daemon=True)
         self._syncer: Syncer | None = None
-        if policy.mode == "always" and refuse is None:
+        if policy.mode == "always":
             self._syncer = Syncer(metrics=metrics, on_durable=on_durable, on_fatal=self._set_fatal)
 
     # -- called from any thread ------------------------------------------------
@@ -152,7 +158,7 @@ class Writer:
             self._check_open()
             self._queue.append(item)
             waiting = len(self._queue)
-            if waiting == 1:
+            if waiting == 1 or waiting == self._gather_target:
                 self._cond.notify()
         return future
 
@@ -195,8 +201,39 @@ class Writer:
                 if timeout is not None and timeout <= 0:
                     break
                 self._cond.wait(timeout)
+            if self._fatal is None:
+                self._gather()
             batch, self._queue = self._queue, []
         return batch
+
+    def _gather(self) -> None:
+        """Briefly wait for appenders that were just acknowledged (lock held).
+
+        Without this, N appenders that each wait for their acknowledgement
+        settle into groups that alternate, each paying a whole fsync: the
+        first few records that come back after an fsync would be fsynced on
+        their own. So while the sync thread is idle, the writer waits for as
+        many records as were in flight around the last fsync, at most a
+        fraction of that fsync's duration. While an fsync is pending or
+        running the writer writes at once (that overlaps the fsync), and a
+        lone appender (estimate 1) never waits.
+        """
+        if self._syncer is None:
+            return
+        hint = self._syncer.gather_hint()
+        if hint is None or len(self._queue) >= hint[0]:
+            return
+        target, last_sync_s = hint
+        deadline = time.monotonic() + min(_GATHER_MAX_S, last_sync_s * _GATHER_FRACTION)
+        self._gather_target = target
+        try:
+            while len(self._queue) < target and self._fatal is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+        finally:
+            self._gather_target = 0
 
     def _loop(self) -> None:
         while True:

@@ -114,7 +114,7 @@ def logs_requests(draw: st.DrawFn) -> ExportLogsServiceRequest:
             rec = LogRecord(
                 time_unix_nano=draw(times),
                 observed_time_unix_nano=draw(times),
-                severity_number=draw(st.integers(0, 24)),
+                severity_number=draw(st.integers(0, 24)),  # type: ignore[arg-type]
                 severity_text=draw(st.text(max_size=5)),
                 trace_id=draw(ids16),
                 span_id=draw(ids8),
@@ -139,7 +139,7 @@ def traces_requests(draw: st.DrawFn) -> ExportTraceServiceRequest:
                 span_id=draw(ids8),
                 parent_span_id=draw(ids8),
                 name=draw(st.text(max_size=5)),
-                kind=draw(st.integers(0, 5)),
+                kind=draw(st.integers(0, 5)),  # type: ignore[arg-type]
                 start_time_unix_nano=draw(times),
                 end_time_unix_nano=draw(times),
                 trace_state=draw(st.sampled_from(["", "a=b"])),
@@ -151,7 +151,7 @@ def traces_requests(draw: st.DrawFn) -> ExportTraceServiceRequest:
             for _ in range(draw(st.integers(0, 1))):
                 span.links.add(trace_id=draw(ids16), span_id=draw(ids8))
             if draw(st.booleans()):
-                span.status.code = draw(st.integers(0, 2))
+                span.status.code = draw(st.integers(0, 2))  # type: ignore[assignment]
                 span.status.message = draw(st.text(max_size=4))
             ss.spans.append(span)
     return req

@@ -40,7 +40,7 @@ def _attrs(kvs: Any) -> tuple[dict[str, str], dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def logs_pb() -> ExportLogsServiceRequest:
-    exporter = InMemoryLogRecordExporter()
+    exporter = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
     provider = LoggerProvider(resource=RESOURCE)
     provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
     handler = LoggingHandler(level=logging.DEBUG, logger_provider=provider)

@@ -66,11 +66,12 @@ def request_pb() -> ExportMetricsServiceRequest:
 
 
 def _points(request: ExportMetricsServiceRequest) -> list[tuple[Any, Any, str]]:
-    out = []
+    out: list[tuple[Any, Any, str]] = []
     for rm in request.resource_metrics:
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
                 kind = metric.WhichOneof("data")
+                assert kind is not None
                 for dp in getattr(metric, kind).data_points:
                     out.append((metric, dp, kind))
     return out
@@ -187,7 +188,7 @@ def test_series_id_separates_series_and_ignores_attribute_order(
         rm.resource.attributes.reverse()
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
-                for dp in getattr(metric, metric.WhichOneof("data")).data_points:
+                for dp in getattr(metric, str(metric.WhichOneof("data"))).data_points:
                     dp.attributes.reverse()
     again = decode("metrics", reordered.SerializeToString()).table.to_pylist()
     assert sorted(ids) == sorted(r["series_id"] for r in again)

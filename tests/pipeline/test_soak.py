@@ -18,7 +18,7 @@ from loadtest.pipeline_data import metrics_table
 from shoal.storage.store import TableStore
 from tests.pipeline.helpers import ROOT, child_env, shoal_cmd
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 LOAD_S = 240
 POINTS_PER_REQUEST = 100

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,18 +39,20 @@ class FaultyOps(OsFileOps):
         self.calls = 0
         self.failures = 0
         self.log: list[str] = []
+        self._lock = threading.Lock()  # the writer and the sync thread both call in
 
     def _should_fail(self, name: str) -> bool:
         if self.only and name not in self.only:
             return False
-        self.calls += 1
-        self.log.append(name)
-        if self.fail_at is None:
-            return False
-        hit = self.calls == self.fail_at or (self.forever and self.calls >= self.fail_at)
-        if hit:
-            self.failures += 1
-        return hit
+        with self._lock:
+            self.calls += 1
+            self.log.append(name)
+            if self.fail_at is None:
+                return False
+            hit = self.calls == self.fail_at or (self.forever and self.calls >= self.fail_at)
+            if hit:
+                self.failures += 1
+            return hit
 
     def _raise(self, name: str) -> None:
         raise OSError(self.err, f"injected failure of {name} (call {self.calls})")
@@ -112,6 +115,82 @@ class ShortWriteOps(OsFileOps):
         if len(data) > self.chunk:
             self.short_writes += 1
         return os.pwrite(fd, data[: self.chunk], offset)
+
+
+class GatedSyncOps(OsFileOps):
+    """Real file operations; once armed, the next ``fdatasync`` is held.
+
+    It sets ``sync_entered`` and waits for ``release`` before it runs (or
+    fails with EIO when ``fail`` is set), so a test can act while an fsync is
+    in progress. ``writes_while_held`` counts the writes made meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self.sync_entered = threading.Event()
+        self.release = threading.Event()
+        self.fail = False
+        self.armed = False
+        self.holding = False
+        self.writes_while_held = 0
+
+    def arm(self, *, fail: bool) -> None:
+        self.fail = fail
+        self.armed = True
+
+    def pwritev(self, fd: int, buffers: Sequence[Buffer], offset: int) -> int:
+        done = super().pwritev(fd, buffers, offset)
+        if self.holding:
+            self.writes_while_held += 1
+        return done
+
+    def fdatasync(self, fd: int) -> None:
+        if self.armed:
+            self.armed = False
+            self.holding = True
+            self.sync_entered.set()
+            try:
+                if not self.release.wait(30):
+                    raise AssertionError("the held fdatasync was never released")
+            finally:
+                self.holding = False
+            if self.fail:
+                raise OSError(errno.EIO, "injected failure of the held fdatasync")
+        super().fdatasync(fd)
+
+
+class SyncOrderOps(OsFileOps):
+    """Real file operations that record how far the data file was written
+    when each completed ``fdatasync`` had started (``synced_upto``), and
+    slow each fsync down so that writes overlap it."""
+
+    def __init__(self, delay: float = 0.003) -> None:
+        self.delay = delay
+        self._lock = threading.Lock()
+        self.written_upto = 0
+        self.synced_upto = 0
+        self.syncing = 0
+        self.writes_during_sync = 0
+
+    def pwritev(self, fd: int, buffers: Sequence[Buffer], offset: int) -> int:
+        done = super().pwritev(fd, buffers, offset)
+        with self._lock:
+            self.written_upto = max(self.written_upto, offset + done)
+            if self.syncing:
+                self.writes_during_sync += 1
+        return done
+
+    def fdatasync(self, fd: int) -> None:
+        with self._lock:
+            upto = self.written_upto
+            self.syncing += 1
+        try:
+            threading.Event().wait(self.delay)
+            super().fdatasync(fd)
+        finally:
+            with self._lock:
+                self.syncing -= 1
+        with self._lock:
+            self.synced_upto = max(self.synced_upto, upto)
 
 
 def payload_for(i: int, size: int | None = None) -> bytes:
