@@ -95,12 +95,15 @@ _FIXED = {
 
 
 def _int(raw: Any) -> int:
+    """An integer given as a JSON number or a decimal string, as the walk reads it."""
     if type(raw) is int:
         return raw
-    if type(raw) is str:  # an enum given by a number in a string
+    if type(raw) is str:
+        if raw.isascii() and raw.isdigit():
+            return int(raw)
         try:
-            return int(raw, 10)
-        except ValueError:
+            return anyvalue.parse_int(raw, "", -(2**64), 2**64)
+        except DecodeError:
             raise NotFast from None
     raise NotFast
 
@@ -128,7 +131,8 @@ def _scalar(field: FieldDescriptor) -> tuple[Any, Encoder]:
                 return tag + _varint((value << 1) ^ (value >> 63))
             return tag + _varint(value & 0xFFFFFFFFFFFFFFFF)
 
-        return (int | str if names else int), varint
+        # strings are read here rather than by msgspec, whose lenient mode takes "1e3"
+        return int | str, varint
     if ftype in _FIXED:
         code, wire_type = _FIXED[ftype]
         packer = struct.Struct("<" + code).pack
@@ -136,6 +140,8 @@ def _scalar(field: FieldDescriptor) -> tuple[Any, Encoder]:
         is_float = code in "df"
 
         def fixed(value: Any) -> bytes:
+            if type(value) is str:
+                value = _int(value)
             if not value and not keep_default:
                 return b""
             try:
@@ -143,7 +149,7 @@ def _scalar(field: FieldDescriptor) -> tuple[Any, Encoder]:
             except struct.error:
                 raise NotFast from None
 
-        return (float if is_float else int), fixed
+        return (float if is_float else int | str), fixed
     if ftype == _FD.TYPE_BOOL:
         tag = _tag(field.number, 0)
 
@@ -152,7 +158,8 @@ def _scalar(field: FieldDescriptor) -> tuple[Any, Encoder]:
                 raise NotFast
             return tag + b"\x01" if value else (tag + b"\x00" if keep_default else b"")
 
-        return bool, boolean
+        # true and false only: ints and strings reach the encoder, which refuses them
+        return bool | int | str, boolean
     tag = _tag(field.number, 2)
     if ftype == _FD.TYPE_STRING:
 
@@ -194,12 +201,14 @@ def _packed(field: FieldDescriptor) -> tuple[type, Encoder]:
         def fixed(values: list[Any]) -> bytes:
             if not values:
                 return b""
+            if code not in "df":
+                values = [v if type(v) is int else _int(v) for v in values]
             try:
                 return _delimited(tag, struct.pack(f"<{len(values)}{code}", *values))
             except struct.error:
                 raise NotFast from None
 
-        return list[float] if code in "df" else list[int], fixed
+        return list[float] if code in "df" else list[int | str], fixed
     _, one = _scalar(field)  # varints: encode each without its tag
     tag_len = len(_tag(field.number, 0))
 

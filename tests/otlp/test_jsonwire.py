@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from loadtest.payloads import logs_request, metrics_request, traces_request
 from shoal.errors import DecodeError
-from shoal.otlp import decode, jsonwire
+from shoal.otlp import decode, jsonwire, otlpjson
 
 from .otlpjson_helpers import identical, to_otlp_json
 from .test_fuzz import FUZZ, logs_requests, metrics_requests, traces_requests
@@ -141,3 +141,34 @@ def test_mixed_spellings_and_string_numbers() -> None:
     assert (first.time_unix_nano, first.start_time_unix_nano, first.as_int) == (5, 4, -7)
     assert first.attributes[0].value.int_value == 3
     assert second.time_unix_nano == 6 and second.as_double != second.as_double
+
+
+def _walk(body: bytes) -> bytes | None:
+    """What the path-tracking walk makes of a metrics body (None when it refuses it)."""
+    convert = otlpjson._converter(ExportMetricsServiceRequest.DESCRIPTOR)
+    try:
+        return ExportMetricsServiceRequest(**convert(json.loads(body), "")).SerializeToString()
+    except DecodeError:
+        return None
+
+
+@pytest.mark.parametrize(
+    "value", ['"true"', "1", "true", '"1.5"', '"1e3"', '" 7"', "7.0", '"18446744073709551615"']
+)
+@pytest.mark.parametrize("field", ["isMonotonic", "timeUnixNano", "asInt", "asDouble", "flags"])
+def test_fast_path_is_no_more_lenient_than_the_walk(field: str, value: str) -> None:
+    if field == "isMonotonic":
+        metric = '{"name": "m", "sum": {"isMonotonic": %s}}' % value
+    else:
+        metric = '{"name": "m", "sum": {"dataPoints": [{"%s": %s}]}}' % (field, value)
+    body = ('{"resourceMetrics": [{"scopeMetrics": [{"metrics": [%s]}]}]}' % metric).encode()
+    expected = _walk(body)
+    try:
+        fast = jsonwire.to_protobuf(ExportMetricsServiceRequest.DESCRIPTOR, body)
+    except jsonwire.NotFast:
+        return  # the walk decides; decode() then gives exactly its answer
+    assert expected is not None, "the fast path accepted what the walk refuses"
+    assert _same(
+        ExportMetricsServiceRequest.FromString(fast),
+        ExportMetricsServiceRequest.FromString(expected),
+    )
