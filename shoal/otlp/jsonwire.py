@@ -139,15 +139,18 @@ def _scalar(field: FieldDescriptor) -> tuple[Any, Encoder]:
         tag = _tag(field.number, wire_type)
         is_float = code in "df"
 
+        zero = packer(0)
+
         def fixed(value: Any) -> bytes:
             if type(value) is str:
-                value = _int(value)
-            if not value and not keep_default:
-                return b""
+                value = int(value) if value.isascii() and value.isdigit() else _int(value)
             try:
-                return tag + packer(value)
+                packed = packer(value)
             except struct.error:
                 raise NotFast from None
+            if packed == zero and not keep_default:  # by bits: -0.0 is kept, as upb does
+                return b""
+            return tag + packed
 
         return (float if is_float else int | str), fixed
     if ftype == _FD.TYPE_BOOL:
@@ -167,9 +170,11 @@ def _scalar(field: FieldDescriptor) -> tuple[Any, Encoder]:
             if not value and not keep_default:
                 return b""
             try:
-                return _delimited(tag, value.encode("utf-8"))
+                data = value.encode("utf-8")
             except UnicodeEncodeError:
                 raise NotFast from None
+            size = len(data)  # _delimited, inlined: this runs for every string field
+            return tag + (_SMALL[size] if size < 0x4000 else _varint(size)) + data
 
         return str, string
     if ftype == _FD.TYPE_BYTES:
@@ -222,111 +227,132 @@ def _packed(field: FieldDescriptor) -> tuple[type, Encoder]:
 
 # -- attribute lists and values ----------------------------------------------------------
 
-_keyvalues: dict[tuple[bytes, bytes], bytes] = {}
-
 
 def _keyvalue_list(number: int) -> tuple[type, Encoder]:
     """A repeated ``KeyValue`` field, kept as a raw JSON slice and cached by it."""
     tag = _tag(number, 2)
+    cache: dict[bytes, bytes] = {}  # per field: raw JSON slice -> its tagged protobuf
 
     def encode(raw: msgspec.Raw) -> bytes:
         if not raw:
             return b""
-        key = (tag, bytes(raw))
-        hit = _keyvalues.get(key)
+        key = bytes(raw)
+        hit = cache.get(key)
         if hit is None:
             try:
-                kvs = anyvalue.keyvalues_from_json(json.loads(key[1]))
+                kvs = anyvalue.keyvalues_from_json(json.loads(key))
                 hit = b"".join(_delimited(tag, kv.SerializeToString()) for kv in kvs)
             except (DecodeError, ValueError, TypeError, RecursionError):
                 raise NotFast from None
-            if len(_keyvalues) >= _CACHE_LIMIT:
-                _keyvalues.clear()
-            _keyvalues[key] = hit
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            cache[key] = hit
         return hit
 
     return msgspec.Raw, encode
 
 
-class _Value(msgspec.Struct, kw_only=True, gc=False, forbid_unknown_fields=True):
-    """An ``AnyValue`` holding a string, the common case, decoded without the general walk."""
+_VALUE_KEYS = ("bool", "int", "double", "bytes", "array", "kvlist")
+# an AnyValue object as msgspec decodes it: the string fields typed, the others kept raw;
+# any other key makes the whole request take the walk, which names it
+_Value = msgspec.defstruct(
+    "AnyValueJson",
+    # UNSET, not None, when absent: a JSON null there is an error the walk reports
+    [
+        ("stringValue", str | msgspec.UnsetType, msgspec.UNSET),
+        ("string_value", str | msgspec.UnsetType, msgspec.UNSET),
+    ]
+    + [(f"{k}Value", msgspec.Raw, msgspec.Raw()) for k in _VALUE_KEYS]
+    + [(f"{k}_value", msgspec.Raw, msgspec.Raw()) for k in _VALUE_KEYS],
+    kw_only=True,
+    gc=False,
+    forbid_unknown_fields=True,
+    module=__name__,
+)
+_VALUE_NAMES = tuple(_Value.__struct_fields__)
+_NO_OTHER = (msgspec.Raw(),) * (len(_VALUE_NAMES) - 2)
 
-    stringValue: str | None = None
-    string_value: str | None = None
 
-
-_VALUE_DECODER = msgspec.json.Decoder(_Value)
-
-
-def _any_value(number: int) -> tuple[type, Encoder]:
+def _any_value(number: int) -> tuple[Any, Encoder]:
     tag = _tag(number, 2)
 
-    def encode(raw: msgspec.Raw) -> bytes:
-        if not raw:
-            return b""
-        try:
-            value = _VALUE_DECODER.decode(raw)
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            value = None
-        if value is not None and (value.stringValue is None) != (value.string_value is None):
-            text = value.stringValue if value.stringValue is not None else value.string_value
-            assert text is not None
+    def encode(value: Any) -> bytes:
+        values = msgspec.structs.astuple(value)
+        text, other = values[0], values[1]
+        if values[2:] == _NO_OTHER:
+            if text is msgspec.UNSET:
+                if other is msgspec.UNSET:
+                    return tag + b"\x00"  # {}: a value that is present but empty
+                text = other
+            elif other is not msgspec.UNSET:
+                raise NotFast  # both spellings: the walk reports it
+            # a string, the common case
             try:
-                return _delimited(tag, _delimited(b"\x0a", text.encode("utf-8")))
+                data: bytes = text.encode("utf-8")
             except UnicodeEncodeError:
                 raise NotFast from None
+            size = len(data)
+            if size < 0x3F00:  # both lengths fit the table: the common short string
+                inner = b"\x0a" + _SMALL[size] + data
+                return tag + _SMALL[len(inner)] + inner
+            return _delimited(tag, _delimited(b"\x0a", data))
+        obj: dict[str, Any] = {}
+        for name, item in zip(_VALUE_NAMES, values, strict=True):
+            if isinstance(item, msgspec.Raw):
+                if item:
+                    obj[name] = json.loads(bytes(item))
+            elif item is not msgspec.UNSET:
+                obj[name] = item
         try:
-            message = AnyValue(**anyvalue.value_kwargs(json.loads(bytes(raw)), "value"))
+            message = AnyValue(**anyvalue.value_kwargs(obj, "value"))
             return _delimited(tag, message.SerializeToString())
         except (DecodeError, ValueError, TypeError, RecursionError):
             raise NotFast from None
 
-    return msgspec.Raw, encode
+    return _Value, encode
 
 
 # -- messages -----------------------------------------------------------------------------
-
-_Field = tuple[str, str | None, Encoder, bool]
 
 
 @functools.cache
 def _message(descriptor: Descriptor) -> tuple[type[msgspec.Struct], Encoder]:
     """The Struct type of a message and the encoder of its body (no tag, no length)."""
-    struct_fields: list[tuple[str, Any, Any]] = []
-    fields: list[_Field] = []
+    # the Struct holds the camelCase fields first, then the snake_case spellings
+    primary: list[tuple[str, Any, Any]] = []
+    alternates: list[tuple[str, Any, Any]] = []
+    encoders: list[Encoder] = []
+    alt_of: list[int] = []  # per alternate, the index of its camelCase field
     for field in descriptor.fields:
         if field.name.endswith("_strindex") or field.name in _SKIPPED:
             continue
         typ, enc = _field(field)
-        alt = field.name if field.name != field.json_name else None
         # msgspec takes Raw only on its own (not in a union): absent is an empty Raw
-        is_raw = typ is msgspec.Raw
-        spec = (typ, msgspec.Raw()) if is_raw else (typ | None, None)
-        struct_fields.append((field.json_name, *spec))
-        if alt is not None:
-            struct_fields.append((alt, *spec))
-        fields.append((field.json_name, alt, enc, is_raw))
+        spec = (typ, msgspec.Raw()) if typ is msgspec.Raw else (typ | None, None)
+        if field.name != field.json_name:
+            alternates.append((field.name, *spec))
+            alt_of.append(len(primary))
+        primary.append((field.json_name, *spec))
+        encoders.append(enc)
     cls = msgspec.defstruct(
-        descriptor.name + "Json", struct_fields, kw_only=True, gc=False, module=__name__
+        descriptor.name + "Json", primary + alternates, kw_only=True, gc=False, module=__name__
     )
-    order = [name for name, _, _ in struct_fields]
-    # (position, position of the snake_case spelling or -1, encoder, kept as Raw)
-    specs = tuple(
-        (order.index(name), order.index(alt) if alt else -1, enc, is_raw)
-        for name, alt, enc, is_raw in fields
-    )
+    n = len(primary)
+    absent = tuple(default for _, _, default in alternates)
+    encs = tuple(encoders)
     astuple = msgspec.structs.astuple
 
     def encode(obj: Any) -> bytes:
         values = astuple(obj)
-        out = []
-        for at, alt_at, enc, is_raw in specs:
-            value = values[at]
-            if alt_at >= 0 and (value is None or (is_raw and not value)):
-                value = values[alt_at]
-            if value is not None:
-                out.append(enc(value))
-        return b"".join(out)
+        if values[n:] != absent:  # some snake_case key: it fills the field camelCase left out
+            merged = list(values[:n])
+            for i, value in zip(alt_of, values[n:], strict=True):
+                if merged[i] is None or (type(merged[i]) is msgspec.Raw and not merged[i]):
+                    merged[i] = value
+            values = tuple(merged)
+        # zip stops at the camelCase fields; an empty Raw (absent list or value) encodes as b""
+        pairs = zip(values, encs, strict=False)
+        return b"".join([enc(v) for v, enc in pairs if v is not None])
 
     return cls, encode
 
@@ -349,7 +375,12 @@ def _field(field: FieldDescriptor) -> tuple[Any, Encoder]:
         return cls, lambda obj: _delimited(tag, body(obj))
 
     def many(items: list[Any]) -> bytes:
-        return b"".join([_delimited(tag, body(obj)) for obj in items])
+        out = []
+        for obj in items:
+            data = body(obj)
+            size = len(data)  # _delimited, inlined: this runs for every point, record, span
+            out.append(tag + (_SMALL[size] if size < 0x4000 else _varint(size)) + data)
+        return b"".join(out)
 
     return list[cls], many  # type: ignore[valid-type]
 

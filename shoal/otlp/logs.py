@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from google.protobuf.message import DecodeError as ProtoDecodeError
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValueList
 
+from shoal.errors import DecodeError
 from shoal.otlp import anyvalue, attributes
 from shoal.otlp.columns import (
     BOOL,
@@ -51,7 +53,11 @@ def bodies(body: pa.StructArray) -> tuple[pa.Array, pa.Array]:
     texts: list[str | None] = text.to_pylist()
     types: list[str | None] = [None] * n
     for i, row in zip(rows, body.take(pa.array(rows)).to_pylist(), strict=True):
-        texts[i], types[i] = anyvalue.encode(_any_value(row))
+        try:
+            value = _any_value(row)
+        except (ProtoDecodeError, RuntimeError) as exc:
+            raise DecodeError(f"log record body: malformed array or kvlist value: {exc}") from None
+        texts[i], types[i] = anyvalue.encode(value)
     return pa.array(texts, pa.string()), pa.array(types, pa.string())
 
 

@@ -143,14 +143,18 @@ def _metric_level(metrics: pa.Array, metadata: attributes.Attributes) -> tuple[B
     temporality = np.zeros(n, dtype=np.int32)
     has_temporality = np.zeros(n, dtype=np.bool_)
     present = np.zeros(n, dtype=np.bool_)
+    is_sum: BOOL | None = None
     for kind in TYPES:
         container = metrics.field(kind)
         if container.null_count == n:
             continue
+        valid: BOOL | slice
         if container.null_count == 0:
             valid = _ALL
         else:
             valid = container.is_valid().to_numpy(zero_copy_only=False)
+        if kind == "sum":
+            is_sum = np.ones(n, dtype=np.bool_) if isinstance(valid, slice) else valid
         kinds[valid] = kind
         present[valid] = True
         if kind in _WITH_TEMPORALITY:
@@ -159,11 +163,13 @@ def _metric_level(metrics: pa.Array, metadata: attributes.Attributes) -> tuple[B
                 values = values.fill_null(0)
             temporality[valid] = values.to_numpy(zero_copy_only=False)[valid]
             has_temporality[valid] = True
-    sums = metrics.field("sum")
-    if sums.null_count == 0:
-        monotonic = sums.field("is_monotonic")
+    if is_sum is None:
+        monotonic = nulls(n, pa.bool_())
     else:
-        monotonic = pc.if_else(sums.is_valid(), sums.field("is_monotonic"), None)
+        flag = metrics.field("sum").field("is_monotonic")
+        if flag.null_count:
+            flag = flag.fill_null(False)
+        monotonic = pa.array(flag.to_numpy(zero_copy_only=False), mask=~is_sum)
     table = Broadcast(
         {
             "metric_name": metrics.field("name"),

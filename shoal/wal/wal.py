@@ -24,8 +24,7 @@ from shoal.wal.metrics import NOOP_METRICS, WalMetrics
 from shoal.wal.recovery import POLICIES, RecoveryReport, recover
 from shoal.wal.replay import WalRecord, read_records
 from shoal.wal.segment import ActiveSegment, SegmentSet, create_segment, open_segment
-from shoal.wal.syncer import OnDurable
-from shoal.wal.writer import FsyncPolicy, Writer
+from shoal.wal.writer import FsyncPolicy, OnDurable, Writer
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +83,7 @@ class Wal:
         (for a caller that knows higher LSNs were already used, for example
         committed to a table).
 
-        ``on_durable`` is called from a WAL thread (the sync thread under
-        policy always, the writer thread otherwise) with ``[(lsn, tag), ...]``
+        ``on_durable`` is called by the writer thread with ``[(lsn, tag), ...]``
         in LSN order once a group is durable (written, under policies
         interval and never), before the group's futures resolve. It must be
         quick and must not raise: if it raises, the WAL treats it as fatal.

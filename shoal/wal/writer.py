@@ -1,12 +1,9 @@
-"""The writer thread: the only thread that writes the active segment.
+"""The writer thread: the only owner of the active segment's file handle.
 
 Appenders put records on a queue and get a ``concurrent.futures.Future``.
-The thread takes everything waiting at once (group commit) and writes it
-with one ``pwritev`` per segment. Under policy ``always`` it hands the
-written group to the sync thread (:mod:`shoal.wal.syncer`), which fsyncs,
-tells ``on_durable`` and resolves the futures while this thread already
-writes the next group. Under ``interval`` and ``never`` this thread tells
-``on_durable`` and resolves the futures itself, right after the write.
+The thread takes everything waiting at once (group commit), writes it with
+one ``pwritev`` per segment, fsyncs per the policy, tells ``on_durable`` and
+only then resolves the futures with their LSNs.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -30,14 +27,15 @@ from shoal.wal.codec import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE, encode_frame
 from shoal.wal.fileops import Buffer, FileOps
 from shoal.wal.metrics import WalMetrics
 from shoal.wal.segment import ActiveSegment, SegmentSet, create_segment
-from shoal.wal.syncer import OnDurable, Syncer, SyncFailed, Written
 
 logger = logging.getLogger(__name__)
 
-# Group gathering (see Writer._gather): wait at most this long, and at most
-# this fraction of the previous fsync's duration, for appenders to come back.
+# Group-commit gathering: wait at most this long, and at most this fraction of
+# the previous commit's duration, for acknowledged appenders to come back.
 _GATHER_MAX_S = 0.002
 _GATHER_FRACTION = 0.5
+
+OnDurable = Callable[[Sequence[tuple[int, object]]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,22 +117,19 @@ class Writer:
         self._closed = False
         self._fatal: WalFatalError | None = None
         self._unsynced_since = 0.0
-        self._gather_target = 0  # submit wakes the gathering writer at this count
+        self._concurrency = 1  # estimated appenders in flight (see _gather)
+        self._gather_target = 0
+        self._last_commit_s = 0.0
         self._thread = threading.Thread(target=self._run, name="shoal-wal-writer", daemon=True)
-        self._syncer: Syncer | None = None
-        if policy.mode == "always":
-            self._syncer = Syncer(metrics=metrics, on_durable=on_durable, on_fatal=self._set_fatal)
 
     # -- called from any thread ------------------------------------------------
 
     def start(self) -> None:
-        if self._syncer is not None:
-            self._syncer.start()
         self._thread.start()
 
     @property
     def last_lsn(self) -> int:
-        """The LSN of the last record written (maybe not yet fsynced)."""
+        """The LSN of the last record written (durable under policy always)."""
         return self._next_lsn - 1
 
     @property
@@ -196,13 +191,12 @@ class Writer:
 
     def _take(self) -> list[_Append | _Control]:
         with self._cond:
-            while not self._queue and self._fatal is None:
+            while not self._queue:
                 timeout = self._sync_timeout()
                 if timeout is not None and timeout <= 0:
                     break
                 self._cond.wait(timeout)
-            if self._fatal is None:
-                self._gather()
+            self._gather()
             batch, self._queue = self._queue, []
         return batch
 
@@ -210,24 +204,19 @@ class Writer:
         """Briefly wait for appenders that were just acknowledged (lock held).
 
         Without this, N appenders that each wait for their acknowledgement
-        settle into groups that alternate, each paying a whole fsync: the
-        first few records that come back after an fsync would be fsynced on
-        their own. So while the sync thread is idle, the writer waits for as
-        many records as were in flight around the last fsync, at most a
-        fraction of that fsync's duration. While an fsync is pending or
-        running the writer writes at once (that overlaps the fsync), and a
-        lone appender (estimate 1) never waits.
+        settle into two alternating groups of N/2: the records acknowledged by
+        one fsync come back just after the next one started. The writer
+        estimates the concurrency as the last group plus what queued during
+        its commit, and waits for that many records, at most a fraction of
+        the last commit's duration. A lone appender (estimate 1) never waits.
         """
-        if self._syncer is None:
+        target = self._concurrency
+        if len(self._queue) >= target or self._policy.mode != "always":
             return
-        hint = self._syncer.gather_hint()
-        if hint is None or len(self._queue) >= hint[0]:
-            return
-        target, last_sync_s = hint
-        deadline = time.monotonic() + min(_GATHER_MAX_S, last_sync_s * _GATHER_FRACTION)
+        deadline = time.monotonic() + min(_GATHER_MAX_S, self._last_commit_s * _GATHER_FRACTION)
         self._gather_target = target
         try:
-            while len(self._queue) < target and self._fatal is None:
+            while len(self._queue) < target:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -240,18 +229,13 @@ class Writer:
             batch = self._take()
             pos = 0
             try:
-                if self._fatal is not None:  # the sync thread stopped on an error
-                    raise _Fatal(self._fatal)
                 while pos < len(batch):
                     item = batch[pos]
                     if isinstance(item, _Control):
-                        self._drain()
-                        self._sync_active()
+                        self._sync_active()  # on failure, _go_fatal fails this control too
                         pos += 1
                         if item.stop:
                             self._close_active()
-                            if self._syncer is not None:
-                                self._syncer.stop()
                             item.future.set_result(None)
                             return
                         item.future.set_result(None)
@@ -263,33 +247,19 @@ class Writer:
                             break
                         run.append(nxt)
                         pos += 1
+                    started = time.monotonic()
                     fatal = self._commit(run)
                     if fatal is not None:
                         raise _Fatal(fatal)
+                    self._last_commit_s = time.monotonic() - started
+                    with self._cond:
+                        self._concurrency = len(run) + len(self._queue)
                 timeout = self._sync_timeout()
                 if timeout is not None and timeout <= 0:
                     self._sync_active()
             except _Fatal as exc:
                 self._go_fatal(exc.error, batch[pos:])
                 return
-
-    def _set_fatal(self, error: WalFatalError) -> None:
-        """Refuse appends from now on and wake the writer thread to fail the queue."""
-        with self._cond:
-            if self._fatal is None:
-                self._fatal = error
-            self._cond.notify_all()
-
-    def _drain(self) -> None:
-        """Wait until everything written is fsynced and acknowledged (policy always)."""
-        if self._syncer is None:
-            return
-        try:
-            self._syncer.wait_idle()
-        except SyncFailed as exc:
-            raise _Fatal(exc.error) from None
-        if self._active is not None:
-            self._active.unsynced = False
 
     def _sync_timeout(self) -> float | None:
         active = self._active
@@ -312,12 +282,7 @@ class Writer:
             self._active = None
 
     def _segment_for(self, frame_size: int) -> ActiveSegment:
-        """The segment the next frame goes to, rotating when it would not fit.
-
-        Before rotating, everything written to the old segment is fsynced
-        (and, under policy always, acknowledged by the sync thread), so the
-        sync thread only ever holds groups of one segment.
-        """
+        """The segment the next frame goes to, rotating when it would not fit."""
         seg = self._active
         if (
             seg is not None
@@ -328,7 +293,6 @@ class Writer:
             )
         ):
             return seg
-        self._drain()  # raises _Fatal
         self._sync_active()  # raises _Fatal
         lsn = self._next_lsn
         new = create_segment(self._ops, self._segments.directory, lsn, lsn - 1)
@@ -339,14 +303,11 @@ class Writer:
         return new
 
     def _commit(self, items: list[_Append]) -> WalFatalError | None:
-        """Write ``items``; hand them to the sync thread or acknowledge them.
-
-        Returns the fatal error, if one happened.
-        """
+        """Write, fsync and acknowledge ``items``; return the fatal error, if one happened."""
         durable: list[tuple[int, _Append]] = []
         failure: WalError | None = None
         fatal: WalFatalError | None = None
-        syncer = self._syncer
+        always = self._policy.mode == "always"
         count = len(items)
         i = 0
         while i < count:
@@ -378,26 +339,21 @@ class Writer:
             except OSError as exc:
                 failure = WalAppendError(f"write to {seg.meta.path.name} failed: {exc}")
                 break
+            fsync_seconds = 0.0
+            if always:
+                started = time.monotonic()
+                try:
+                    seg.sync()
+                except OSError as exc:
+                    fatal = WalFatalError(f"fsync of {seg.meta.path.name} failed: {exc}")
+                    break
+                fsync_seconds = time.monotonic() - started
+            elif not was_unsynced:
+                self._unsynced_since = time.monotonic()
+            seg.meta.end = seg.written
             self._next_lsn = lsn + j - i
-            if syncer is not None:
-                chunk = items[i:j]
-                group = Written(
-                    seg,
-                    seg.written,
-                    lsn,
-                    [item.future for item in chunk],
-                    [item.tag for item in chunk],
-                    nbytes,
-                )
-                fatal = syncer.hand_off(group)
-                if fatal is not None:
-                    break  # not handed off: items[i:] fail below
-            else:
-                if not was_unsynced:
-                    self._unsynced_since = time.monotonic()
-                seg.meta.end = seg.written
-                self._metrics.group_committed(j - i, nbytes, 0.0)
-                durable.extend(zip(range(lsn, lsn + j - i), items[i:j], strict=True))
+            self._metrics.group_committed(j - i, nbytes, fsync_seconds)
+            durable.extend(zip(range(lsn, lsn + j - i), items[i:j], strict=True))
             i = j
         if durable and self._on_durable is not None:
             try:
@@ -408,7 +364,7 @@ class Writer:
                 items = [item for _lsn, item in durable] + items[i:]
                 durable, i, count = [], 0, len(items)
         if fatal is not None:
-            self._set_fatal(fatal)  # before any future resolves: appends now refuse
+            self._mark_fatal(fatal)  # before any future resolves: appends now refuse
         for lsn, item in durable:
             item.future.set_result(lsn)
         if i < count:
@@ -420,13 +376,16 @@ class Writer:
                 logger.warning("WAL append of %d record(s) failed: %s", count - i, failure)
         return fatal
 
+    def _mark_fatal(self, error: WalFatalError) -> None:
+        with self._cond:
+            if self._fatal is None:
+                self._fatal = error
+
     def _go_fatal(self, error: WalFatalError, leftovers: Sequence[_Append | _Control]) -> None:
         logger.error("WAL is stopping: %s", error)
-        self._set_fatal(error)
-        error = self._fatal or error
-        if self._syncer is not None:
-            self._syncer.abort(error)  # fails what it holds; returns once it stopped
         with self._cond:
+            if self._fatal is None:
+                self._fatal = error
             queued, self._queue = self._queue, []
         failed = 0
         for item in [*leftovers, *queued]:

@@ -158,10 +158,10 @@ def _walk(body: bytes) -> bytes | None:
 @pytest.mark.parametrize("field", ["isMonotonic", "timeUnixNano", "asInt", "asDouble", "flags"])
 def test_fast_path_is_no_more_lenient_than_the_walk(field: str, value: str) -> None:
     if field == "isMonotonic":
-        metric = '{"name": "m", "sum": {"isMonotonic": %s}}' % value
+        metric = '{"name": "m", "sum": {"isMonotonic": ' + value + "}}"
     else:
-        metric = '{"name": "m", "sum": {"dataPoints": [{"%s": %s}]}}' % (field, value)
-    body = ('{"resourceMetrics": [{"scopeMetrics": [{"metrics": [%s]}]}]}' % metric).encode()
+        metric = '{"name": "m", "sum": {"dataPoints": [{"' + field + '": ' + value + "}]}}"
+    body = ('{"resourceMetrics": [{"scopeMetrics": [{"metrics": [' + metric + "]}]}]}").encode()
     expected = _walk(body)
     try:
         fast = jsonwire.to_protobuf(ExportMetricsServiceRequest.DESCRIPTOR, body)

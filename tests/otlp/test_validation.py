@@ -187,3 +187,15 @@ def test_series_id_is_stable_across_processes() -> None:
     dp.attributes[0].value.string_value = "7"
     other = decode("metrics", as_text.SerializeToString()).table.column("series_id")[0].as_py()
     assert other != here
+
+
+def test_corrupt_array_body_is_a_decode_error() -> None:
+    # ExportLogsServiceRequest > ResourceLogs > ScopeLogs > LogRecord.body (AnyValue)
+    # whose array_value (field 5) holds a truncated varint: corrupt wire data
+    body_value = b"\x2a\x02\x08\xff"  # array_value: 2 bytes, a tag then a cut-off varint
+    record = b"\x09" + (1).to_bytes(8, "little") + b"\x2a" + bytes([len(body_value)]) + body_value
+    scope_logs = b"\x12" + bytes([len(record)]) + record
+    resource_logs = b"\x12" + bytes([len(scope_logs)]) + scope_logs
+    request = b"\x0a" + bytes([len(resource_logs)]) + resource_logs
+    with pytest.raises(DecodeError, match="log record body"):
+        decode("logs", request)

@@ -122,7 +122,7 @@ class GatedSyncOps(OsFileOps):
 
     It sets ``sync_entered`` and waits for ``release`` before it runs (or
     fails with EIO when ``fail`` is set), so a test can act while an fsync is
-    in progress. ``writes_while_held`` counts the writes made meanwhile.
+    in progress.
     """
 
     def __init__(self) -> None:
@@ -130,29 +130,17 @@ class GatedSyncOps(OsFileOps):
         self.release = threading.Event()
         self.fail = False
         self.armed = False
-        self.holding = False
-        self.writes_while_held = 0
 
     def arm(self, *, fail: bool) -> None:
         self.fail = fail
         self.armed = True
 
-    def pwritev(self, fd: int, buffers: Sequence[Buffer], offset: int) -> int:
-        done = super().pwritev(fd, buffers, offset)
-        if self.holding:
-            self.writes_while_held += 1
-        return done
-
     def fdatasync(self, fd: int) -> None:
         if self.armed:
             self.armed = False
-            self.holding = True
             self.sync_entered.set()
-            try:
-                if not self.release.wait(30):
-                    raise AssertionError("the held fdatasync was never released")
-            finally:
-                self.holding = False
+            if not self.release.wait(30):
+                raise AssertionError("the held fdatasync was never released")
             if self.fail:
                 raise OSError(errno.EIO, "injected failure of the held fdatasync")
         super().fdatasync(fd)
@@ -160,35 +148,26 @@ class GatedSyncOps(OsFileOps):
 
 class SyncOrderOps(OsFileOps):
     """Real file operations that record how far the data file was written
-    when each completed ``fdatasync`` had started (``synced_upto``), and
-    slow each fsync down so that writes overlap it."""
+    when each completed ``fdatasync`` had started (``synced_upto``), and slow
+    each fsync down so that many appends queue up meanwhile."""
 
     def __init__(self, delay: float = 0.003) -> None:
         self.delay = delay
         self._lock = threading.Lock()
         self.written_upto = 0
         self.synced_upto = 0
-        self.syncing = 0
-        self.writes_during_sync = 0
 
     def pwritev(self, fd: int, buffers: Sequence[Buffer], offset: int) -> int:
         done = super().pwritev(fd, buffers, offset)
         with self._lock:
             self.written_upto = max(self.written_upto, offset + done)
-            if self.syncing:
-                self.writes_during_sync += 1
         return done
 
     def fdatasync(self, fd: int) -> None:
         with self._lock:
             upto = self.written_upto
-            self.syncing += 1
-        try:
-            threading.Event().wait(self.delay)
-            super().fdatasync(fd)
-        finally:
-            with self._lock:
-                self.syncing -= 1
+        threading.Event().wait(self.delay)
+        super().fdatasync(fd)
         with self._lock:
             self.synced_upto = max(self.synced_upto, upto)
 
