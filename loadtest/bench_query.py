@@ -228,7 +228,9 @@ def run(args: argparse.Namespace) -> int:
     per_batch = 1000
     recent = points(args.snapshot_rows, START_US + 23 * HOUR_US, HOUR_US, seed=99)
     for i, batch in enumerate(recent.to_batches(max_chunksize=per_batch)):
-        snapshot.add(TENANT, "metrics", 1000 + i, batch)
+        # a copy, as each decoded request's batch has buffers of its own (a slice
+        # would keep the whole table's buffers, which the server never holds)
+        snapshot.add(TENANT, "metrics", 1000 + i, pa.concat_batches([batch]))
     service = QueryService(
         store, snapshot, Limits(max_rows=50_000_000, timeout_s=600, memory_bytes=1 << 30)
     )

@@ -11,6 +11,12 @@ A run is combined only once it is complete: the table already holds a batch
 of a later run, and the snapshot appends in LSN order, so no batch can still
 join it. The newest 16-LSN run is passed as it is. The cost is one copy of the
 combined rows while they stay in the snapshot (at most ``flush_max_bytes``).
+
+A run becomes several batches of at most :data:`MAX_BATCH_ROWS` rows, each a
+copy with buffers of its own, never one huge batch nor slices of one: measured
+on 1M metric rows, ``attributes['host']`` grouped took 32 ms over 8k-row
+batches, 264 ms over one 1M-row batch and 2.5 s over 1,000-row *slices* of
+one table (DataFusion's map lookup walks a slice's whole underlying arrays).
 """
 
 from __future__ import annotations
@@ -24,8 +30,44 @@ LSN_SPANS = (4096, 256, 16)
 """Run lengths in LSNs, largest first: a query sees at most ~15 batches per level plus
 the newest 16-LSN run as it is."""
 
+MAX_BATCH_ROWS = 32_768
+"""Largest batch the coalescer makes (8k-32k rows measured fastest for DataFusion)."""
+
 _Key = tuple[str, str, int, int]
 _Stamp = tuple[tuple[int, int], ...]
+
+
+class Run:
+    """The combined batches of one complete LSN run."""
+
+    __slots__ = ("batches", "span", "stamp")
+
+    def __init__(self, span: int, stamp: _Stamp, batches: list[pa.RecordBatch]) -> None:
+        self.span = span
+        self.stamp = stamp
+        self.batches = batches
+
+
+class Level:
+    """All complete runs of one length in a table's snapshot, and what a caller made of them.
+
+    ``derived`` holds one object made from ``batches``: the query engine keeps its
+    DataFusion table of the level there, so batches are handed to DataFusion once
+    per level change, not once per query (about 0.2 ms per batch), and a query
+    scans at most one table per run length (a table per run cost more planning).
+    """
+
+    __slots__ = ("batches", "derived", "runs")
+
+    def __init__(self, runs: tuple[Run, ...]) -> None:
+        self.runs = runs
+        self.batches = [b for run in runs for b in run.batches]
+        self.derived: object | None = None
+
+    def same_runs(self, runs: Sequence[Run]) -> bool:
+        return len(runs) == len(self.runs) and all(
+            a is b for a, b in zip(runs, self.runs, strict=True)
+        )
 
 
 class BatchCoalescer:
@@ -34,7 +76,8 @@ class BatchCoalescer:
     def __init__(self, spans: Sequence[int] = LSN_SPANS) -> None:
         self._spans = tuple(sorted(spans, reverse=True))
         self._lock = threading.Lock()
-        self._cache: dict[_Key, tuple[_Stamp, pa.RecordBatch]] = {}
+        self._cache: dict[_Key, Run] = {}
+        self._levels: dict[tuple[str, str, int], Level] = {}
         self.combined = 0
 
     def coalesce(
@@ -45,8 +88,23 @@ class BatchCoalescer:
         batches: Sequence[pa.RecordBatch],
     ) -> list[pa.RecordBatch]:
         """``batches`` (in LSN order, ``lsns`` parallel) as fewer batches with the same rows."""
+        runs, rest = self.runs(tenant, table, lsns, batches)
+        return [b for run in runs for b in run.batches] + rest
+
+    def runs(
+        self,
+        tenant: str,
+        table: str,
+        lsns: Sequence[int],
+        batches: Sequence[pa.RecordBatch],
+    ) -> tuple[list[Run], list[pa.RecordBatch]]:
+        """The complete runs of ``batches`` (combined, cached) and the batches left as they are.
+
+        Together they hold exactly the rows of ``batches``: the runs' rows first, in
+        LSN order, then the rest's, in LSN order.
+        """
         if len(batches) <= 1:
-            return list(batches)
+            return [], list(batches)
         newest = max(lsns)
         # Each batch goes to the largest run that is complete (ends before the newest LSN's run).
         groups: dict[tuple[int, int], list[int]] = {}
@@ -58,31 +116,71 @@ class BatchCoalescer:
                     break
             else:
                 raw.append(i)
-        out: list[tuple[int, pa.RecordBatch]] = []
+        runs: list[tuple[int, Run]] = []
         live: set[_Key] = set()
         for (span, run), idx in groups.items():
             if len(idx) == 1:
-                out.append((idx[0], batches[idx[0]]))
+                raw.append(idx[0])
                 continue
             key = (tenant, table, span, run)
             stamp = tuple((lsns[i], batches[i].num_rows) for i in idx)
             live.add(key)
             with self._lock:
                 cached = self._cache.get(key)
-            if cached is not None and cached[0] == stamp:
-                out.append((idx[0], cached[1]))
-                continue
-            combined = pa.concat_batches([batches[i] for i in idx])
-            with self._lock:
-                self._cache[key] = (stamp, combined)
-                self.combined += 1
-            out.append((idx[0], combined))
-        out.extend((i, batches[i]) for i in raw)
+            if cached is None or cached.stamp != stamp:
+                cached = Run(span, stamp, _combine([batches[i] for i in idx]))
+                with self._lock:
+                    self._cache[key] = cached
+                    self.combined += 1
+            runs.append((idx[0], cached))
         self._forget(tenant, table, live)
-        return [b for _, b in sorted(out, key=lambda item: item[0])]
+        runs.sort(key=lambda item: item[0])
+        return [r for _, r in runs], [batches[i] for i in sorted(raw)]
+
+    def levels(
+        self,
+        tenant: str,
+        table: str,
+        lsns: Sequence[int],
+        batches: Sequence[pa.RecordBatch],
+    ) -> tuple[list[Level], list[pa.RecordBatch]]:
+        """:meth:`runs`, grouped by run length; a level is reused while its runs stay."""
+        runs, rest = self.runs(tenant, table, lsns, batches)
+        by_span: dict[int, list[Run]] = {}
+        for run in runs:
+            by_span.setdefault(run.span, []).append(run)
+        out: list[Level] = []
+        with self._lock:
+            for span in self._spans:
+                key = (tenant, table, span)
+                members = by_span.get(span)
+                if not members:
+                    self._levels.pop(key, None)
+                    continue
+                level = self._levels.get(key)
+                if level is None or not level.same_runs(members):
+                    level = Level(tuple(members))
+                    self._levels[key] = level
+                out.append(level)
+        return out, rest
+
     def _forget(self, tenant: str, table: str, live: set[_Key]) -> None:
         """Drop runs of this table that the snapshot no longer holds (flushed)."""
         with self._lock:
             stale = [k for k in self._cache if k[0] == tenant and k[1] == table and k not in live]
             for key in stale:
                 del self._cache[key]
+
+
+def _combine(batches: Sequence[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """Consecutive ``batches`` concatenated into copies of at most MAX_BATCH_ROWS rows each
+    (a single batch larger than that stays whole)."""
+    out: list[pa.RecordBatch] = []
+    start, rows = 0, 0
+    for i, batch in enumerate(batches):
+        if rows and rows + batch.num_rows > MAX_BATCH_ROWS:
+            out.append(pa.concat_batches(batches[start:i]))
+            start, rows = i, 0
+        rows += batch.num_rows
+    out.append(pa.concat_batches(batches[start:]))
+    return out

@@ -12,8 +12,13 @@ The committed files are read by one listing scan per chunk of files (a day,
 the newest hour apart; :mod:`shoal.query.links`), not one scan per file: the
 files are spread over the session's partitions instead of each file becoming
 partitions of its own under a sort-preserving merge. The Parquet side is
-built once per (tenant, table, Delta version) and cached: a later query of
-the same version only wraps the cached view and its fresh batches.
+built once per (tenant, table, Delta version, file set) and cached: a later
+query of the same version only wraps the cached view and its fresh batches.
+
+Each chunk's scan carries a name of its own (``shoal_files_<key>``, never
+registered in a tenant's session) so that the service can find, in a planned
+query, which table a scan reads and the time range its filters ask for, and
+plan again over only the files in that range (:mod:`shoal.query.prune`).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import collections
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import pyarrow as pa
 from datafusion import DataFrame, RuntimeEnvBuilder, SessionConfig, SessionContext, SQLOptions
@@ -31,7 +36,9 @@ from datafusion.catalog import Table
 from shoal.errors import QueryError
 from shoal.query.coalesce import BatchCoalescer
 from shoal.query.links import LinkDirs, chunks
+from shoal.query.prune import Bounds
 from shoal.query.tables import TableInput, TenantView
+from shoal.storage.types import ScanFile
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +76,7 @@ class ParquetViewCache:
 
     def __init__(self, max_entries: int = 128, linger_s: float = 600.0) -> None:
         self._builder = SessionContext(session_config())
+        self._builder_lock = threading.Lock()
         self._lock = threading.Lock()
         self._max = max_entries
         self.links = LinkDirs(linger_s)
@@ -78,15 +86,23 @@ class ParquetViewCache:
         self.hits = 0
         self.misses = 0
 
-    def get(self, tenant: str, table: TableInput, verify: bool = False) -> Table | None:
-        """The view of ``table``'s files, or None when it has no files.
+    def get(
+        self,
+        tenant: str,
+        table: TableInput,
+        verify: bool = False,
+        files: Sequence[ScanFile] | None = None,
+    ) -> tuple[Table, tuple[str, ...]] | None:
+        """The view of ``table``'s files (or of ``files``, a subset of them) and the
+        names of its scans; None when there are no files.
 
         ``verify`` checks that every file still exists even when the view is cached
         (time travel to a version whose files vacuum may have deleted).
         """
-        if not table.files:
+        chosen = table.files if files is None else tuple(files)
+        if not chosen:
             return None
-        key = (tenant, table.name, table.version, hash(table.files))
+        key = (tenant, table.name, table.version, hash(chosen))
         with self._lock:
             entry = self._views.get(key)
             if entry is not None:
@@ -95,9 +111,9 @@ class ParquetViewCache:
         if entry is not None:
             if verify:
                 _check_files(table)
-            return entry[0]
+            return entry[0], tuple(scan_name(d) for d in entry[1])
         try:
-            view, dirs = self._build(table)
+            view, dirs = self._build(chosen, table.schema)
         except FileNotFoundError as exc:
             raise QueryError(f"{table.name} (version {table.version}): {exc}") from None
         evicted: list[str] = []
@@ -112,11 +128,19 @@ class ParquetViewCache:
                 evicted.extend(self._views.popitem(last=False)[1][1])
         for directory in evicted:
             self.links.release(directory)
-        return view
+        return view, tuple(scan_name(d) for d in dirs)
 
-    def _build(self, table: TableInput) -> tuple[Table, list[str]]:
-        dirs = [self.links.acquire(chunk) for chunk in chunks(table.files)]
-        frames = [self._builder.read_parquet(d, schema=table.schema) for d in dirs]
+    def _build(self, files: Sequence[ScanFile], schema: pa.Schema) -> tuple[Table, list[str]]:
+        dirs = [self.links.acquire(chunk) for chunk in chunks(files)]
+        frames: list[DataFrame] = []
+        with self._builder_lock:  # the name is registered just long enough to scan it
+            for d in dirs:
+                name = scan_name(d)
+                self._builder.register_parquet(name, d, schema=schema)
+                try:
+                    frames.append(self._builder.table(name))
+                finally:
+                    self._builder.deregister_table(name)
         union: DataFrame = frames[0]
         for frame in frames[1:]:
             union = union.union(frame)
@@ -134,6 +158,11 @@ class ParquetViewCache:
         """Forget every view and delete the link directories (no query may still run)."""
         self.clear()
         self.links.close()
+
+
+def scan_name(directory: str) -> str:
+    """The table name a link directory's scan carries in query plans."""
+    return "shoal_files_" + os.path.basename(directory.rstrip("/"))
 
 
 def _check_files(table: TableInput) -> None:
@@ -156,30 +185,73 @@ def register_tables(
     cache: ParquetViewCache,
     coalescer: BatchCoalescer | None = None,
     only: Iterable[str] | None = None,
-) -> list[str]:
-    """Register the tenant's tables in ``ctx``, each Parquet UNION ALL snapshot; returns names.
+    bounds: Mapping[str, Bounds] | None = None,
+) -> tuple[list[str], dict[str, tuple[str, str]]]:
+    """Register the tenant's tables in ``ctx``, each Parquet UNION ALL snapshot.
 
     ``only`` limits registration to the tables a query names (it can read no others);
-    by default every table of the tenant is registered.
+    by default every table of the tenant is registered. ``bounds`` limits a table's
+    committed files to those that can hold rows in a time range. Returns the names
+    registered and, per scan of committed files, its table and time column.
     """
     wanted = None if only is None else set(only)
     names: list[str] = []
+    owners: dict[str, tuple[str, str]] = {}
     for name, table in view.tables.items():
         if wanted is not None and name not in wanted:
             continue
-        parquet = cache.get(view.tenant, table, verify=view.as_of is not None)
-        frame: DataFrame | None = ctx.read_table(parquet) if parquet is not None else None
-        if table.batches:
-            batches: Sequence[pa.RecordBatch] = table.batches
-            if coalescer is not None and table.lsns:
-                batches = coalescer.coalesce(view.tenant, name, table.lsns, table.batches)
-            recent = ctx.read_batches(batches)
+        files = None
+        if bounds is not None and name in bounds:
+            files = files_within(table.files, bounds[name])
+        parquet = cache.get(view.tenant, table, verify=view.as_of is not None, files=files)
+        frame: DataFrame | None = None
+        if parquet is not None:
+            frame = ctx.read_table(parquet[0])
+            owners.update((scan, (name, table.time_column)) for scan in parquet[1])
+        for recent in _snapshot_frames(ctx, view.tenant, table, coalescer):
             frame = recent if frame is None else frame.union(recent)
         if frame is None:
             frame = ctx.read_batches([pa.RecordBatch.from_pylist([], schema=table.schema)])
         ctx.register_view(name, frame)
         names.append(name)
-    return names
+    return names, owners
+
+
+def _snapshot_frames(
+    ctx: SessionContext, tenant: str, table: TableInput, coalescer: BatchCoalescer | None
+) -> list[DataFrame]:
+    """The snapshot's batches of ``table`` as frames of ``ctx``: one per run length of
+    complete LSN runs (its DataFusion table made once per change, kept with the level)
+    and one for the rest."""
+    if not table.batches:
+        return []
+    if coalescer is None or not table.lsns:
+        return [ctx.read_batches(table.batches)]
+    levels, rest = coalescer.levels(tenant, table.name, table.lsns, table.batches)
+    frames: list[DataFrame] = []
+    for level in levels:
+        derived = level.derived
+        if not isinstance(derived, Table):
+            derived = _RUN_BUILDER.read_batches(level.batches).into_view()
+            level.derived = derived
+        frames.append(ctx.read_table(derived))
+    if rest:
+        frames.append(ctx.read_batches(rest))
+    return frames
+
+
+_RUN_BUILDER = SessionContext(session_config())
+"""Builds the cached DataFusion tables of snapshot levels (never runs a query)."""
+
+
+def files_within(files: Sequence[ScanFile], bounds: Bounds) -> list[ScanFile]:
+    """The files whose time range meets ``bounds`` (inclusive; None is open)."""
+    lo, hi = bounds
+    return [
+        f
+        for f in files
+        if (lo is None or f.max_time_us >= lo) and (hi is None or f.min_time_us <= hi)
+    ]
 
 
 def build_session(
@@ -208,6 +280,8 @@ class TenantSession:
         self.tenant = tenant
         self.ctx = new_session(memory_bytes)
         self._names: list[str] = []
+        self.owners: dict[str, tuple[str, str]] = {}
+        """Per scan of committed files in the loaded tables: its table and time column."""
 
     def load(
         self,
@@ -215,17 +289,21 @@ class TenantSession:
         cache: ParquetViewCache,
         coalescer: BatchCoalescer | None = None,
         only: Iterable[str] | None = None,
+        bounds: Mapping[str, Bounds] | None = None,
     ) -> SessionContext:
         if view.tenant != self.tenant:
             raise ValueError("a session serves one tenant only")
         self.clear()
-        self._names = register_tables(self.ctx, view, cache, coalescer, only)
+        self._names, self.owners = register_tables(
+            self.ctx, view, cache, coalescer, only, bounds
+        )
         return self.ctx
 
     def clear(self) -> None:
         for name in self._names:
             self.ctx.deregister_table(name)
         self._names = []
+        self.owners = {}
 
 
 class SessionPool:

@@ -30,11 +30,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pyarrow as pa
-from datafusion import RecordBatchStream
+from datafusion import DataFrame, RecordBatchStream
 
 from shoal.config import Config
 from shoal.errors import QueryError, QueryLimitError
-from shoal.query import engine, limits
+from shoal.query import engine, limits, prune
 from shoal.query.coalesce import BatchCoalescer
 from shoal.query.limits import Limits
 from shoal.query.source import SnapshotSource
@@ -240,6 +240,12 @@ class QueryService:
                 prepared.view, self.cache, self.coalescer, only=prepared.tables_read
             )
             frame = ctx.sql_with_options(prepared.sql, engine.sql_options())
+            bounds = self._narrowing(prepared, session, frame)
+            if bounds:
+                # plan again over only the files the query's time range can reach
+                ctx = session.load(prepared.view, self.cache, self.coalescer,
+                                   only=prepared.tables_read, bounds=bounds)
+                frame = ctx.sql_with_options(prepared.sql, engine.sql_options())
             if type(frame.logical_plan().to_variant()).__name__ not in _ROOT_ONLY_PLANS:
                 # Let DataFusion stop (and sort with a top-k) once the row cap is exceeded.
                 frame = frame.limit(self.limits.max_rows + 1)
@@ -249,6 +255,25 @@ class QueryService:
             self.sessions.release(session)
             raise limits.translate(exc, self.limits) from exc
         return schema, stream, session
+
+    @staticmethod
+    def _narrowing(
+        prepared: Prepared, session: engine.TenantSession, frame: DataFrame
+    ) -> dict[str, prune.Bounds]:
+        """The time bounds of the tables whose file lists they shorten (see prune)."""
+        if not session.owners:
+            return {}
+        try:
+            plan = frame.optimized_logical_plan()
+        except Exception:  # a statement without a plan to optimize: nothing to prune
+            return {}
+        found = prune.table_bounds(plan, session.owners)
+        tables = prepared.view.tables
+        return {
+            name: b
+            for name, b in found.items()
+            if len(engine.files_within(tables[name].files, b)) < len(tables[name].files)
+        }
 
     async def execute(self, prepared: Prepared) -> QueryResult:
         """Plan ``prepared`` and start it; errors here come before any response byte."""

@@ -81,6 +81,8 @@ class TableInput:
     max_batch_lsn: int
     lsns: tuple[int, ...] = ()
     """The WAL LSN of each of ``batches``."""
+    time_column: str = "timestamp"
+    """The column the files' time statistics (``ScanFile.min_time_us``...) are about."""
 
     @property
     def snapshot_rows(self) -> int:
@@ -213,5 +215,6 @@ def collect_view(
             batches=tuple(_conform(b.batch, schema, name) for b in kept),
             max_batch_lsn=max((b.lsn for b in kept), default=0),
             lsns=tuple(b.lsn for b in kept),
+            time_column=snap.time_column,
         )
     return TenantView(tenant=tenant, tables=tables, as_of=as_of)
