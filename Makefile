@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: serve test test-slow test-spark test-all lint typecheck check \
+.PHONY: serve test test-fast test-slow test-spark test-all lint typecheck check \
         bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-pipeline clean
 
 $(STAMP): pyproject.toml
@@ -26,10 +26,15 @@ venv: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/shoal serve
 
-## The default test suite (CI runs exactly this).
+## The default test suite (CI runs exactly this): lint, types, every test but the
+## slow ones (the Spark jobs included: local-mode PySpark on the machine's Java 17).
 test: $(STAMP)
 	$(BIN)/ruff check shoal tests loadtest
 	$(BIN)/mypy
+	$(PYTEST) -m "not slow"
+
+## The default suite without the Spark jobs (about half the time).
+test-fast: $(STAMP)
 	$(PYTEST) -m "not slow and not spark"
 
 test-slow: $(STAMP)
