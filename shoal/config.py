@@ -240,7 +240,8 @@ SETTINGS: tuple[Setting, ...] = (
         "vacuum_retention_hours",
         24.0,
         _parse_positive_float,
-        "Files removed from a table are deleted this long after removal.",
+        "Files removed from a table are deleted this long after removal (longer than "
+        "query_timeout_s).",
     ),
     Setting(
         "compact_target_file_bytes",
@@ -364,7 +365,22 @@ def load(
             name = key[len("SHOAL_") :].lower()
             values[name] = _convert(SETTINGS_BY_NAME["retention_days"], raw, f"${key}")
             sources[name] = f"${key}"
+    _check_together(values, sources)
     return Config(values, sources)
+
+
+def _check_together(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """Rules between settings."""
+    # A query reads the file list of the version it started from; vacuum must not
+    # delete a removed file while a query may still be reading it.
+    vacuum_s = float(values["vacuum_retention_hours"]) * 3600
+    if vacuum_s <= float(values["query_timeout_s"]):
+        raise ConfigError(
+            f"vacuum_retention_hours ({values['vacuum_retention_hours']:g} h, from "
+            f"{sources['vacuum_retention_hours']}) must be longer than query_timeout_s "
+            f"({values['query_timeout_s']:g} s, from {sources['query_timeout_s']}): "
+            "vacuum would delete files that running queries still read"
+        )
 
 
 def default() -> Config:

@@ -84,3 +84,12 @@ def test_every_setting_is_documented() -> None:
     assert config.markdown_table() in doc, "regenerate with `python -m shoal.config`"
     for setting in config.SETTINGS:
         assert setting.help.strip(), setting.name
+
+
+def test_vacuum_window_must_outlast_the_query_time_limit() -> None:
+    with pytest.raises(ConfigError) as info:
+        config.load(env={"SHOAL_VACUUM_RETENTION_HOURS": "0.001", "SHOAL_QUERY_TIMEOUT_S": "30"})
+    message = str(info.value)
+    assert "vacuum_retention_hours" in message and "query_timeout_s" in message
+    assert "$SHOAL_VACUUM_RETENTION_HOURS" in message
+    assert config.load(env={"SHOAL_VACUUM_RETENTION_HOURS": "0.01"}).vacuum_retention_hours

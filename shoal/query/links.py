@@ -16,7 +16,9 @@ path) stays warm across table versions for every set that did not change:
 :func:`chunks` groups a version's files by day, with the newest hour apart,
 so a flush only changes the newest chunk.
 
-Directories live under a private temporary root, outside the data dir.
+Directories live under a private temporary root, outside the data dir, named
+after the process; a process killed before its exit handler ran leaves its
+root behind, and the next :class:`LinkDirs` deletes it.
 Released directories linger for ``linger_s`` (longer than any query may run)
 before they are deleted, because a query planned on them opens the files
 through the links while it executes. The root is deleted on :meth:`close`
@@ -56,6 +58,36 @@ def _remove_roots() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+_PREFIX = "shoal-query-"
+
+
+def remove_orphans(parent: str | None = None) -> list[str]:
+    """Delete link roots left by processes that no longer run (killed before their
+    exit handler); the roots carry their process id. Returns what was deleted."""
+    base = Path(parent or tempfile.gettempdir())
+    removed: list[str] = []
+    for root in base.glob(f"{_PREFIX}*-*"):
+        pid_text = root.name[len(_PREFIX):].split("-", 1)[0]
+        if not pid_text.isdigit() or not root.is_dir():
+            continue
+        pid = int(pid_text)
+        if pid == os.getpid() or _alive(pid):
+            continue
+        shutil.rmtree(root, ignore_errors=True)
+        removed.append(str(root))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def chunks(files: Sequence[ScanFile]) -> list[list[ScanFile]]:
     """``files`` grouped by UTC day of their first row, the newest hour's files apart.
 
@@ -78,7 +110,8 @@ class LinkDirs:
     """Reference-counted link directories, one per distinct file set. Thread-safe."""
 
     def __init__(self, linger_s: float = 600.0, parent: str | None = None) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="shoal-query-", dir=parent))
+        remove_orphans(parent)
+        self.root = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=parent))
         with _ROOTS_LOCK:
             _ROOTS.add(str(self.root))
         self._linger = linger_s

@@ -41,7 +41,9 @@ class TableStore:
     ) -> None:
         if coverage_bucket_s <= 0 or checkpoint_interval <= 0:
             raise ValueError("coverage_bucket_s and checkpoint_interval must be positive")
-        self.data_dir = Path(data_dir)
+        # absolute, so file paths handed to readers (ScanFile.path) stay valid whatever
+        # the working directory of the code that reads them
+        self.data_dir = Path(data_dir).absolute()
         self.root = self.data_dir / "tenants"
         self.coverage_bucket_s = coverage_bucket_s
         self.checkpoint_interval = checkpoint_interval

@@ -97,3 +97,30 @@ def test_a_cached_view_checks_its_files_for_time_travel(tmp_path: Path) -> None:
     cache.close()
     with pytest.raises(QueryError, match="committed file missing"):
         ParquetViewCache().get("t", table)
+
+
+def test_roots_of_killed_processes_are_removed_by_the_next_one(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time\n"
+        "from shoal.query.links import LinkDirs\n"
+        f"d = LinkDirs(parent={str(tmp_path)!r})\n"
+        "print(d.root, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    orphan = Path(child.stdout.readline().strip())
+    live = LinkDirs(parent=str(tmp_path))  # the child still runs: its root stays
+    assert orphan.is_dir()
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert orphan.is_dir()  # no exit handler ran
+    other = LinkDirs(parent=str(tmp_path))
+    assert not orphan.exists()
+    assert live.root.is_dir() and other.root.is_dir()
+    other.close()
+    live.close()

@@ -251,3 +251,15 @@ def test_snapshot_after_own_commits_matches_a_fresh_load(store: TableStore) -> N
     fresh = TableStore(store.data_dir).open("acme", "logs").snapshot()
     assert (mine.version, mine.committed_lsn) == (fresh.version, fresh.committed_lsn) == (4, 3)
     assert set(mine.files) == set(fresh.files)
+
+
+def test_scan_paths_are_absolute_when_the_data_dir_is_relative(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = TableStore(Path("data"))
+    handle = store.open("t", "logs", create=True)
+    handle.flush(random_logs(random.Random(1), 10), 1)
+    monkeypatch.chdir("/")
+    files = handle.snapshot().files
+    assert files and all(os.path.isabs(f.path) and os.path.isfile(f.path) for f in files)
