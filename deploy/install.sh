@@ -4,15 +4,18 @@
 #   - a venv under /opt/shoal/venv with shoal installed from this source tree
 #   - config in /etc/shoal (shoal.toml, shoal.env), never overwritten once present
 #   - systemd/shoal.service installed, enabled and started
+#   - the Spark maintenance jobs: Java 17, the [spark] extra, and the compaction,
+#     retention and rollup units with their timers (enabled), unless --no-spark
 #
 # Usage: sudo deploy/install.sh [--root DIR] [--dry-run] [--no-deps] [--no-start]
-#                               [--python PYTHON] [--source DIR]
+#                               [--no-spark] [--python PYTHON] [--source DIR]
 #   --root DIR    install under DIR instead of / (a throwaway root for testing);
 #                 skips apt, the user account and systemctl
 #   --dry-run     print every step without changing anything
 #   --no-deps     install shoal without its dependencies (they are already present or
 #                 come from elsewhere); mostly for tests
 #   --no-start    enable the unit but do not start it
+#   --no-spark    no Java, no [spark] extra, no maintenance timers (ingest and query only)
 #   --python P    interpreter for the venv (default python3, 3.11 or 3.12)
 #   --source DIR  the shoal source tree (default: the tree this script is in)
 set -euo pipefail
@@ -21,6 +24,7 @@ ROOT=""
 DRY_RUN=0
 NO_DEPS=0
 NO_START=0
+NO_SPARK=0
 PYTHON=python3
 SOURCE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -30,9 +34,10 @@ while [[ $# -gt 0 ]]; do
         --dry-run) DRY_RUN=1; shift ;;
         --no-deps) NO_DEPS=1; shift ;;
         --no-start) NO_START=1; shift ;;
+        --no-spark) NO_SPARK=1; shift ;;
         --python) PYTHON="$2"; shift 2 ;;
         --source) SOURCE="$2"; shift 2 ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -42,6 +47,11 @@ VENV="$PREFIX/venv"
 ETC="$ROOT/etc/shoal"
 DATA="$ROOT/var/lib/shoal"
 UNIT_DIR="$ROOT/etc/systemd/system"
+JOBS=(compact retention rollup)
+PACKAGE="$SOURCE"
+if [[ $NO_SPARK -eq 0 ]]; then
+    PACKAGE="$SOURCE[spark]"
+fi
 
 run() {
     echo "+ $*"
@@ -78,7 +88,11 @@ fi
 # 1. System packages (a real host only).
 if [[ -z "$ROOT" ]]; then
     run apt-get update -q
-    run env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3 python3-venv python3-pip
+    PACKAGES=(python3 python3-venv python3-pip)
+    if [[ $NO_SPARK -eq 0 ]]; then
+        PACKAGES+=(openjdk-17-jre-headless)
+    fi
+    run env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${PACKAGES[@]}"
 fi
 
 # 2. The service account.
@@ -100,7 +114,7 @@ if [[ $NO_DEPS -eq 1 ]]; then
     run "$VENV/bin/pip" install --quiet --no-deps "$SOURCE"
 else
     run "$VENV/bin/pip" install --quiet --upgrade pip
-    run "$VENV/bin/pip" install --quiet "$SOURCE"
+    run "$VENV/bin/pip" install --quiet "$PACKAGE"
 fi
 run install -d -m 0755 "$PREFIX/src/docs"
 run cp -r "$SOURCE/docs/." "$PREFIX/src/docs/"
@@ -129,6 +143,12 @@ if [[ -z "$ROOT" ]]; then
 fi
 run install -d -m 0755 "$UNIT_DIR"
 run install -m 0644 "$SOURCE/systemd/shoal.service" "$UNIT_DIR/shoal.service"
+if [[ $NO_SPARK -eq 0 ]]; then
+    for job in "${JOBS[@]}"; do
+        run install -m 0644 "$SOURCE/systemd/shoal-$job.service" "$UNIT_DIR/shoal-$job.service"
+        run install -m 0644 "$SOURCE/systemd/shoal-$job.timer" "$UNIT_DIR/shoal-$job.timer"
+    done
+fi
 
 # 6. Enable and start (a real host only).
 if [[ -z "$ROOT" ]]; then
@@ -137,6 +157,11 @@ if [[ -z "$ROOT" ]]; then
         run systemctl enable shoal.service
     else
         run systemctl enable --now shoal.service
+    fi
+    if [[ $NO_SPARK -eq 0 ]]; then
+        for job in "${JOBS[@]}"; do
+            run systemctl enable --now "shoal-$job.timer"
+        done
     fi
     echo "shoal installed. Create an ingest token with:"
     echo "  sudo -u shoal SHOAL_DATA_DIR=/var/lib/shoal $VENV/bin/shoal token create --tenant NAME"

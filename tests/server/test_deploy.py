@@ -54,8 +54,20 @@ def test_install_script_dry_run_lists_every_step() -> None:
         "/etc/shoal/shoal.toml",
         "/etc/systemd/system/shoal.service",
         "systemctl enable --now shoal.service",
+        "openjdk-17-jre-headless",
+        "[spark]",
+        "/etc/systemd/system/shoal-compact.timer",
+        "systemctl enable --now shoal-retention.timer",
+        "systemctl enable --now shoal-rollup.timer",
     ):
         assert step in out, step
+    bare = subprocess.run(
+        ["bash", str(INSTALL), "--dry-run", "--no-spark"], capture_output=True, text=True,
+        timeout=60,
+    )
+    assert bare.returncode == 0, bare.stderr
+    for absent in ("openjdk", "timer", "[spark]"):
+        assert absent not in bare.stdout, absent
     assert not Path("/opt/shoal/venv").exists() or "keeping" in out
 
 
@@ -70,6 +82,11 @@ def test_install_script_into_a_throwaway_root(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert (root / "etc/systemd/system/shoal.service").read_text() == UNIT.read_text()
+    for job in ("compact", "retention", "rollup"):
+        for kind in ("service", "timer"):
+            name = f"shoal-{job}.{kind}"
+            installed = root / "etc/systemd/system" / name
+            assert installed.read_text() == (ROOT / "systemd" / name).read_text()
     config = (root / "etc/shoal/shoal.toml").read_text()
     assert 'data_dir = "/var/lib/shoal"' in config
     assert (root / "var/lib/shoal").is_dir()
