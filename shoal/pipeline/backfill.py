@@ -4,11 +4,13 @@ For inputs too large for one process. Spark runs one task per input file:
 first each task computes its file's coverage (time buckets per series, with
 storage's coverage code, reading only two columns); the driver compares them
 with the table's coverage and with each other, and any overlap is refused,
-naming the ranges, unless ``--allow-overlap``, before anything is written.
-Then each task splits its file by hour, sorts and writes it with the
-flusher's layout rules, and the driver appends every written file in one
-commit. A crash before the commit leaves only unreferenced files, which
-vacuum removes; rerunning the import redoes it.
+naming the ranges, unless ``--allow-overlap``, before anything is written,
+and once more on the version the commit lands on (a flush may have committed
+the same minutes meanwhile; the written files are then deleted). Each task
+splits its file by hour, sorts and writes it with the flusher's layout rules,
+and the driver appends every written file in one commit. A crash before the
+commit leaves only unreferenced files, which vacuum removes; rerunning the
+import redoes it.
 """
 
 from __future__ import annotations
@@ -109,14 +111,19 @@ def backfill(
         tasks = sc.parallelize(inputs, len(inputs))
         found = dict(tasks.map(functools.partial(file_coverage, spec, table.bucket_s)).collect())
         incoming = [cov.decode(found[p]) for p in inputs]
-        clash = overlap(table, incoming, snapshot)
-        if clash and not allow_overlap:
-            unit = table.bucket_s * 1_000_000
-            ranges = [
-                (cov.from_us(a * unit).isoformat(), cov.from_us(b * unit).isoformat())
-                for a, b in cov.runs(clash)
-            ]
-            raise CoverageOverlapError(table.label, ranges)
+
+        def refuse_overlap(snap: TableSnapshot) -> None:
+            clash = overlap(table, incoming, snap)
+            if clash:
+                unit = table.bucket_s * 1_000_000
+                ranges = [
+                    (cov.from_us(a * unit).isoformat(), cov.from_us(b * unit).isoformat())
+                    for a, b in cov.runs(clash)
+                ]
+                raise CoverageOverlapError(table.label, ranges)
+
+        if not allow_overlap:
+            refuse_overlap(snapshot)
         rows = (
             sc.parallelize(inputs, len(inputs))
             .flatMap(functools.partial(import_file, target))
@@ -130,6 +137,8 @@ def backfill(
             operation=OPERATION,
             written=tuple(w.absolute(table.path) for w in written),
             data_change=True,
+            # again on the version the commit lands on: a flush may have committed since
+            check=None if allow_overlap else lambda: refuse_overlap(table.snapshot()),
         )
 
     return run_with_retries("import", table, attempt, int(config.maintenance_commit_attempts))

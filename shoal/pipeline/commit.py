@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shoal.errors import CommitConflictError, JobConflictError
+from shoal.errors import CommitConflictError, CoverageOverlapError, JobConflictError
 from shoal.storage.types import CommitResult, NewFile, TableSnapshot
 
 if TYPE_CHECKING:
@@ -43,6 +43,8 @@ class Change:
     """False when rows are only rearranged (compaction), True when they change."""
     app_txn: tuple[str, int] | None = None
     """An optional Delta transaction id recorded with the commit (rollup progress)."""
+    check: Callable[[], None] | None = None
+    """Run on the version the commit lands on; raises CoverageOverlapError to abandon it."""
 
 
 Attempt = Callable[[TableSnapshot], Change | None]
@@ -69,6 +71,7 @@ def commit_change(table: Table, change: Change, read_version: int) -> CommitResu
         read_version=read_version,
         data_change=change.data_change,
         app_txn=change.app_txn,
+        check=change.check,
     )
 
 
@@ -102,6 +105,9 @@ def run_with_retries(
             return None
         try:
             result = commit_change(table, change, snapshot.version)
+        except CoverageOverlapError:
+            discard(change.written)  # refused before committing: nothing references them
+            raise
         except CommitConflictError as exc:
             discard(change.written)
             logger.warning(

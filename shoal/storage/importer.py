@@ -176,14 +176,20 @@ def import_files(
     if not paths:
         raise StorageError("nothing to import")
     plans = [_plan(table, Path(p), rewrite) for p in paths]
+
+    def refuse_overlap() -> None:
+        found = _overlaps(table, plans)
+        if found:
+            unit = table.bucket_s * 1_000_000
+            ranges = [
+                (cov.from_us(a * unit).isoformat(), cov.from_us(b * unit).isoformat())
+                for a, b in cov.runs(found)
+            ]
+            raise CoverageOverlapError(table.label, ranges)
+
     overlap = _overlaps(table, plans)
-    if overlap and not allow_overlap:
-        unit = table.bucket_s * 1_000_000
-        ranges = [
-            (cov.from_us(a * unit).isoformat(), cov.from_us(b * unit).isoformat())
-            for a, b in cov.runs(overlap)
-        ]
-        raise CoverageOverlapError(table.label, ranges)
+    if not allow_overlap:
+        refuse_overlap()  # before any file is written ...
     if overlap:
         logger.warning(
             "%s: importing over %d already covered buckets (--allow-overlap)",
@@ -210,6 +216,9 @@ def import_files(
             txn=None,
             data_change=True,
             extra={"shoal.sources": [p.source.name for p in plans]},
+            # ... and again on the version the import commits on: a flush or another
+            # import may have committed the same minutes since
+            check=None if allow_overlap else refuse_overlap,
         )
     except BaseException:
         table._discard(prepared)

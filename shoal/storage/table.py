@@ -354,6 +354,7 @@ class Table:
         read_version: int,
         data_change: bool = False,
         app_txn: tuple[str, int] | None = None,
+        check: Callable[[], None] | None = None,
     ) -> CommitResult:
         """Remove and add files in one atomic commit (compaction, retention, rollups).
 
@@ -362,7 +363,8 @@ class Table:
         files in the table at ``read_version``. Raises CommitConflictError when
         any of them was removed by a concurrent commit (refresh and retry). A
         concurrent append does not conflict. ``data_change`` is False for
-        compaction (rows unchanged) and True for retention.
+        compaction (rows unchanged) and True for retention. ``check`` runs on the
+        version the commit lands on and raises to abandon it (see ``_commit``).
         """
         started = time.perf_counter()
         prepared: list[PreparedFile] = []
@@ -402,6 +404,7 @@ class Table:
             txn=app_txn,
             data_change=data_change,
             extra={},
+            check=check,
         )
         if result is None:
             raise CommitConflictError(
@@ -431,7 +434,12 @@ class Table:
         txn: tuple[str, int] | None,
         data_change: bool,
         extra: dict[str, Any],
+        check: Callable[[], None] | None = None,
     ) -> CommitResult | None:
+        """Commit ``prepared`` and ``removes`` on top of the newest version, retrying on
+        conflicts. ``check`` runs against that newest version before every attempt (with
+        the log refreshed, under the table's lock) and raises to abandon the commit:
+        a version committed meanwhile by anyone makes the attempt fail and re-check."""
         now_ms = int(time.time() * 1000)
         adds = [
             AddAction(p.path, p.size, {}, now_ms, data_change, p.stats.to_json()) for p in prepared
@@ -445,6 +453,8 @@ class Table:
                     done = self._dt.transaction_version(txn[0])
                     if done is not None and done >= txn[1]:
                         return None
+                if check is not None:
+                    check()
                 remove_actions, rows_removed = self._remove_actions(removes, now_ms, data_change)
                 metadata: dict[str, Any] = {
                     "shoal.operation": operation,

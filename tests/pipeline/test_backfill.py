@@ -71,3 +71,35 @@ def test_backfill_names_missing_columns(
     pq.write_table(metrics_table(10, start_us=T0_US, span_s=60, series=1).drop(["value"]), bad)
     with pytest.raises(SchemaMismatchError, match=r"missing column.*value"):
         backfill(spark, table, [bad], cfg)
+
+
+def test_a_flush_landing_before_the_backfill_commit_makes_it_fail_cleanly(
+    spark: SparkSession,
+    store: TableStore,
+    cfg: config_mod.Config,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Overlap is checked again on the version the commit lands on. The interleaving is
+    forced: the server's flusher (its own store, as in another process) commits the
+    same minutes after the job wrote its files and before it commits them."""
+    import shoal.pipeline.commit as commit_mod
+
+    table = store.open("acme", "metrics")
+    history = tmp_path / "history.parquet"
+    pq.write_table(metrics_table(300, start_us=T0_US, span_s=3600, series=10, seed=5), history)
+    server = TableStore(store.data_dir).open("acme", "metrics")
+    live = metrics_table(20, start_us=T0_US + 600_000_000, span_s=60, series=10, seed=6)
+    real_commit = commit_mod.commit_change
+
+    def flush_first(*args: object, **kwargs: object) -> object:
+        server.flush(live, wal_lsn=1)
+        return real_commit(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(commit_mod, "commit_change", flush_first)
+    with pytest.raises(CoverageOverlapError):
+        backfill(spark, table, [history], cfg)
+    # exactly the flushed rows; the job's written files are gone again
+    assert rows_multiset(delta_rows(table.path)) == rows_multiset(live)
+    committed = {f.path for f in table.snapshot().files}
+    assert {str(p) for p in table.path.rglob("*.parquet")} == committed

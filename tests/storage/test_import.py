@@ -76,6 +76,36 @@ def test_non_overlapping_import_is_accepted(store: TableStore, tmp_path: Path) -
     assert cov.covered == ((BASE + dt.timedelta(minutes=20), BASE + dt.timedelta(minutes=21)),)
 
 
+def test_a_flush_committed_during_the_import_makes_it_fail_cleanly(
+    store: TableStore, tmp_path: Path
+) -> None:
+    """Overlap is checked again on the version the import commits on: here another
+    writer (its own store, as the server's flusher is another process) commits the
+    same minutes after the import's first check and before its commit."""
+    table = store.open("acme", "logs")
+    path = _write(
+        tmp_path / "backfill.parquet",
+        logs_table([BASE_US + i * MIN for i in range(10)], ["api"] * 10, first_id=100),
+    )
+    server = TableStore(store.data_dir).open("acme", "logs")
+
+    def flush_meanwhile(done: int, total: int) -> None:
+        server.flush(logs_table([BASE_US + 3 * MIN + 7], ["api"], first_id=900), 1)
+
+    with pytest.raises(CoverageOverlapError) as info:
+        table.import_files([path], progress=flush_meanwhile)
+    assert info.value.ranges == [
+        ((BASE + dt.timedelta(minutes=3)).isoformat(), (BASE + dt.timedelta(minutes=4)).isoformat())
+    ]
+    # the flushed row is there, the import's rows are not, and its files are gone
+    back = DeltaTable(str(table.path)).to_pyarrow_table()
+    assert back.num_rows == 1
+    assert table.snapshot().rows == 1
+    assert not list(table.path.glob("imported/*"))
+    on_disk = {str(p) for p in table.path.rglob("*.parquet")}
+    assert on_disk == {f.path for f in table.snapshot().files}
+
+
 def test_files_overlapping_each_other_are_rejected(store: TableStore, tmp_path: Path) -> None:
     table = store.open("acme", "logs")
     a = _write(tmp_path / "a.parquet", logs_table([BASE_US], ["api"]))
