@@ -171,7 +171,7 @@ def parse_int(raw: object, where: str, lo: int = _INT64_MIN, hi: int = _INT64_MA
         try:
             value = int(raw.strip(), 10)
         except ValueError:
-            raise DecodeError(f"{where}: expected an integer, got {raw!r}") from None
+            raise DecodeError(f"{where}: expected an integer, got {_show(raw)}") from None
     elif isinstance(raw, float) and raw.is_integer():
         value = int(raw)
     else:

@@ -8,8 +8,9 @@ as numbers or decimal strings (``strict=False``), doubles as numbers or
 into objects at all: they stay raw JSON slices, and each distinct slice is
 converted once to its protobuf encoding and cached, since attribute sets
 repeat from point to point and from request to request. The Structs are then
-written out as protobuf wire bytes by a small encoder driven by the same
-descriptors, and the bytes take the protobuf path.
+written out as protobuf wire bytes by encoders generated from the same
+descriptors, one Python function per message type with the scalar fields
+encoded inline (see :func:`_encoder`), and the bytes take the protobuf path.
 
 Anything this path does not accept (a wrong type, a bad id, an integer out
 of range, a value with two fields) raises :class:`NotFast`; the caller then
@@ -21,7 +22,10 @@ from __future__ import annotations
 
 import functools
 import json
+import linecache
+import string
 import struct
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +43,7 @@ _ANYVALUE = "opentelemetry.proto.common.v1.AnyValue"
 _HEX_FIELDS = frozenset({"trace_id", "span_id", "parent_span_id"})
 _SKIPPED = frozenset({"entity_refs"})
 _CACHE_LIMIT = 100_000
+_HEADS = 0x400  # varints below this get a prebuilt "tag + varint" (see _heads)
 
 Encoder = Callable[[Any], bytes]
 _FD = FieldDescriptor
@@ -47,6 +52,9 @@ _FD = FieldDescriptor
 class NotFast(Exception):
     """The fast path does not take this request; use the path-tracking walk."""
 
+
+# what the encoders raise on a value they cannot write; to_protobuf turns it into NotFast
+_REFUSED = (ValueError, struct.error, OverflowError, DecodeError, RecursionError)
 
 # varints below 2**14 (lengths, small ints, tags): one or two bytes, looked up
 _SMALL = [bytes((i,)) for i in range(0x80)]
@@ -72,7 +80,29 @@ def _delimited(tag: bytes, payload: bytes) -> bytes:
     return tag + _varint(len(payload)) + payload
 
 
-# -- scalar encoders: value (already not None) -> tag + payload ----------------------
+@functools.cache
+def _heads(tag: bytes) -> tuple[bytes, ...]:
+    """``tag + varint(n)`` for every ``n`` below ``_HEADS``, shared by the fields of a tag.
+
+    The whole encoding of a small varint field, or what precedes a short
+    length-delimited payload: one lookup instead of two concatenations.
+    """
+    return tuple(tag + _varint(n) for n in range(_HEADS))
+
+
+# -- code generation ------------------------------------------------------------------------
+#
+# Each message type gets its own encoder, written as Python source and compiled
+# once (see _encoder): it unpacks the Struct into local variables v0, v1, ...,
+# skips absent fields with one test each, and encodes the scalar fields inline,
+# calling out only for nested messages, attribute lists, AnyValues and packed
+# lists. The pieces are appended to a list `out` and joined at the end. A
+# generic loop calling one closure per field costs twice as much per record.
+#
+# The templates below are that source, one per kind of field; $v is the field's
+# local variable and the other $names are constants bound for the field. A
+# field is written when its value is set and, unless it is a oneof member or
+# proto3 optional (keep_default), not zero or empty: proto3 leaves those out.
 
 _RANGES = {
     _FD.TYPE_INT64: (-(2**63), 2**63 - 1),
@@ -94,162 +124,292 @@ _FIXED = {
 }
 
 
+class _Source:
+    """One generated function: its source lines and the objects its names refer to."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names: dict[str, Any] = {
+            "NotFast": NotFast,
+            "varint": _varint,
+            "astuple": msgspec.structs.astuple,
+        }
+
+    def bind(self, hint: str, value: Any) -> str:
+        """The name the generated code uses for ``value``."""
+        name = f"{hint}_{len(self.names)}"
+        self.names[name] = value
+        return name
+
+    def write(self, template: str, indent: int = 1, **names: str) -> None:
+        code = string.Template(textwrap.dedent(template).strip("\n")).substitute(names)
+        self.lines.extend("    " * indent + line for line in code.splitlines())
+
+    def function(self, name: str, filename: str) -> Any:
+        text = "\n".join(self.lines) + "\n"
+        exec(compile(text, filename, "exec"), self.names)
+        # tracebacks through the generated code show its lines
+        linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+        return self.names[name]
+
+
+def _test(var: str, keep_default: bool) -> str:
+    """The test for writing a field out: set, and for most fields not zero or empty either."""
+    return f"{var} is not None" if keep_default else var
+
+
+Emit = Callable[[_Source, str], None]  # writes the code that encodes one field's variable
+
+# appends d, a length-delimited payload, after its tag and length
+_APPEND_DELIMITED = """
+    n = len(d)
+    out.append($heads[n] if n < $limit else $tag + varint(n))
+    out.append(d)
+"""
+
+
+def _append_delimited(src: _Source, tag: bytes, indent: int) -> None:
+    heads = src.bind("heads", _heads(tag))
+    src.write(_APPEND_DELIMITED, indent, heads=heads, limit=str(_HEADS), tag=src.bind("tag", tag))
+
+
 def _int(raw: Any) -> int:
-    """An integer given as a JSON number or a decimal string, as the walk reads it."""
+    """An integer given as a JSON number or a decimal string, as the walk reads it.
+
+    ``int()`` strips the same whitespace as the walk's ``int(raw.strip(), 10)``
+    and raises ValueError on anything else, which :func:`to_protobuf` turns
+    into NotFast.
+    """
     if type(raw) is int:
         return raw
     if type(raw) is str:
-        if raw.isascii() and raw.isdigit():
-            return int(raw)
-        try:
-            return anyvalue.parse_int(raw, "", -(2**64), 2**64)
-        except DecodeError:
-            raise NotFast from None
+        return int(raw)
     raise NotFast
 
 
-def _scalar(field: FieldDescriptor) -> tuple[Any, Encoder]:
-    """The msgspec type and the encoder of one non-repeated scalar field."""
-    ftype = field.type
-    keep_default = field.containing_oneof is not None  # oneof members and proto3 optional
-    if ftype in _RANGES:
-        lo, hi = _RANGES[ftype]
-        tag = _tag(field.number, 0)
-        names: dict[str, int] = {}
-        zigzag = ftype in _ZIGZAG
-        if ftype == _FD.TYPE_ENUM:
-            assert field.enum_type is not None
-            names = {v.name: v.number for v in field.enum_type.values}
+def _to_int(field: FieldDescriptor) -> Callable[[Any], int]:
+    """Reads an integer or enum field's value when it is not an int."""
+    if field.type != _FD.TYPE_ENUM:
+        return _int
+    assert field.enum_type is not None
+    names = {v.name: v.number for v in field.enum_type.values}
 
-        def varint(raw: Any) -> bytes:
-            value = names[raw] if type(raw) is str and raw in names else _int(raw)
-            if not lo <= value <= hi:
-                raise NotFast
-            if not value and not keep_default:
-                return b""
-            if zigzag:
-                return tag + _varint((value << 1) ^ (value >> 63))
-            return tag + _varint(value & 0xFFFFFFFFFFFFFFFF)
+    def enum(raw: Any) -> int:
+        return names[raw] if raw in names else _int(raw)
 
-        # strings are read here rather than by msgspec, whose lenient mode takes "1e3"
-        return int | str, varint
-    if ftype in _FIXED:
-        code, wire_type = _FIXED[ftype]
-        packer = struct.Struct("<" + code).pack
-        tag = _tag(field.number, wire_type)
-        is_float = code in "df"
+    return enum
 
-        zero = packer(0)
 
-        def fixed(value: Any) -> bytes:
-            if type(value) is str:
-                value = int(value) if value.isascii() and value.isdigit() else _int(value)
-            try:
-                packed = packer(value)
-            except struct.error:
-                raise NotFast from None
-            if packed == zero and not keep_default:  # by bits: -0.0 is kept, as upb does
-                return b""
-            return tag + packed
+def _varint_field(field: FieldDescriptor, keep_default: bool) -> tuple[Any, Emit]:
+    lo, hi = _RANGES[field.type]
+    tag = _tag(field.number, 0)
+    if field.type in _ZIGZAG:
+        encoded = "$tag + varint(($v << 1) ^ ($v >> 63))"
+    else:  # a small value is a lookup; a negative one takes ten bytes, as in upb
+        encoded = "$heads[$v] if 0 <= $v < $limit else $tag + varint($v & 0xFFFFFFFFFFFFFFFF)"
 
-        return (float if is_float else int | str), fixed
-    if ftype == _FD.TYPE_BOOL:
-        tag = _tag(field.number, 0)
+    def emit(src: _Source, v: str) -> None:
+        template = f"""
+            if $v is not None:
+                if type($v) is not int:
+                    $v = $to_int($v)
+                if not {lo} <= $v <= {hi}:
+                    raise NotFast
+                if $test:
+                    out.append({encoded})
+            """
+        src.write(
+            template,
+            v=v,
+            test=_test(v, keep_default),
+            to_int=src.bind("to_int", _to_int(field)),
+            heads=src.bind("heads", _heads(tag)),
+            limit=str(_HEADS),
+            tag=src.bind("tag", tag),
+        )
 
-        def boolean(value: Any) -> bytes:
-            if type(value) is not bool:
-                raise NotFast
-            return tag + b"\x01" if value else (tag + b"\x00" if keep_default else b"")
+    # strings are read by _int rather than by msgspec, whose lenient mode takes "1e3"
+    return int | str, emit
 
-        # true and false only: ints and strings reach the encoder, which refuses them
-        return bool | int | str, boolean
+
+def _float_field(field: FieldDescriptor, keep_default: bool) -> tuple[Any, Emit]:
+    code, wire_type = _FIXED[field.type]
+    tag = _tag(field.number, wire_type)
+    pack = struct.Struct(f"<{len(tag)}s{code}").pack  # the tag and the value in one call
+
+    def emit(src: _Source, v: str) -> None:
+        template = """
+            if $v is not None:
+                p = $pack($tag, $v)
+                if $test:
+                    out.append(p)
+            """
+        # zero is left out by its bits: -0.0 is kept, as upb does
+        test = "p is not None" if keep_default else f"p != {src.bind('zero', pack(tag, 0.0))}"
+        src.write(template, v=v, test=test, pack=src.bind("pack", pack), tag=src.bind("tag", tag))
+
+    return float, emit
+
+
+def _fixed_int_field(field: FieldDescriptor, keep_default: bool) -> tuple[Any, Emit]:
+    code, wire_type = _FIXED[field.type]
+    tag = _tag(field.number, wire_type)
+    pack = struct.Struct(f"<{len(tag)}s{code}").pack  # struct.error when out of range
+
+    def emit(src: _Source, v: str) -> None:
+        template = """
+            if $v is not None:
+                if type($v) is str:
+                    $v = int($v)  # as _int reads it
+                if $test:
+                    out.append($pack($tag, $v))
+            """
+        test = _test(v, keep_default)
+        src.write(template, v=v, test=test, pack=src.bind("pack", pack), tag=src.bind("tag", tag))
+
+    return int | str, emit
+
+
+def _bool_field(field: FieldDescriptor, keep_default: bool) -> tuple[Any, Emit]:
+    tag = _tag(field.number, 0)
+
+    def emit(src: _Source, v: str) -> None:
+        template = """
+            if $v is not None:
+                if type($v) is not bool:
+                    raise NotFast
+                if $test:
+                    out.append($true if $v else $false)
+            """
+        true, false = src.bind("true", tag + b"\x01"), src.bind("false", tag + b"\x00")
+        src.write(template, v=v, test=_test(v, keep_default), true=true, false=false)
+
+    # true and false only: ints and strings reach the encoder, which refuses them
+    return bool | int | str, emit
+
+
+def _string_field(field: FieldDescriptor, keep_default: bool) -> tuple[Any, Emit]:
     tag = _tag(field.number, 2)
-    if ftype == _FD.TYPE_STRING:
 
-        def string(value: str) -> bytes:
-            if not value and not keep_default:
-                return b""
-            try:
-                data = value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise NotFast from None
-            size = len(data)  # _delimited, inlined: this runs for every string field
-            return tag + (_SMALL[size] if size < 0x4000 else _varint(size)) + data
+    def emit(src: _Source, v: str) -> None:
+        src.write("if $test:\n    d = $v.encode()", v=v, test=_test(v, keep_default))
+        _append_delimited(src, tag, 2)
 
-        return str, string
-    if ftype == _FD.TYPE_BYTES:
-        convert: Callable[[str], bytes]
-        if field.name in _HEX_FIELDS:
-            convert = bytes.fromhex
-        else:
-            convert = functools.partial(anyvalue.parse_base64, where=field.name)
+    return str, emit
 
-        def binary(value: str) -> bytes:
-            try:
-                data = convert(value)
-            except (ValueError, DecodeError):
-                raise NotFast from None
-            if not data and not keep_default:
-                return b""
-            return _delimited(tag, data)
 
-        return str, binary
+def _bytes_field(field: FieldDescriptor, keep_default: bool) -> tuple[Any, Emit]:
+    tag = _tag(field.number, 2)
+    convert: Callable[[str], bytes]
+    if field.name in _HEX_FIELDS:
+        convert = bytes.fromhex
+    else:
+        convert = functools.partial(anyvalue.parse_base64, where=field.name)
+
+    def emit(src: _Source, v: str) -> None:
+        template = """
+            if $test:
+                d = $convert($v)
+                if $data_test:
+            """
+        src.write(
+            template,
+            v=v,
+            test=_test(v, keep_default),
+            convert=src.bind("convert", convert),
+            data_test=_test("d", keep_default),
+        )
+        _append_delimited(src, tag, 3)
+
+    return str, emit
+
+
+def _scalar(field: FieldDescriptor) -> tuple[Any, Emit]:
+    """The msgspec type and the code of one non-repeated scalar field."""
+    keep_default = field.containing_oneof is not None  # oneof members and proto3 optional
+    if field.type in _RANGES:
+        return _varint_field(field, keep_default)
+    if field.type in (_FD.TYPE_DOUBLE, _FD.TYPE_FLOAT):
+        return _float_field(field, keep_default)
+    if field.type in _FIXED:
+        return _fixed_int_field(field, keep_default)
+    if field.type == _FD.TYPE_BOOL:
+        return _bool_field(field, keep_default)
+    if field.type == _FD.TYPE_STRING:
+        return _string_field(field, keep_default)
+    if field.type == _FD.TYPE_BYTES:
+        return _bytes_field(field, keep_default)
     raise NotFast  # pragma: no cover - OTLP has no other scalar types
 
 
-def _packed(field: FieldDescriptor) -> tuple[type, Encoder]:
+def _call(encoder: Encoder) -> Emit:
+    """The code of a field that one call encodes, tag included (absent or empty: skipped)."""
+
+    def emit(src: _Source, v: str) -> None:
+        src.write("if $v:\n    out.append($encode($v))", v=v, encode=src.bind("encode", encoder))
+
+    return emit
+
+
+def _packed(field: FieldDescriptor) -> tuple[Any, Emit]:
     """A repeated numeric field (proto3 packs them)."""
     tag = _tag(field.number, 2)
     if field.type in _FIXED:
         code = _FIXED[field.type][0]
 
         def fixed(values: list[Any]) -> bytes:
-            if not values:
-                return b""
             if code not in "df":
                 values = [v if type(v) is int else _int(v) for v in values]
-            try:
-                return _delimited(tag, struct.pack(f"<{len(values)}{code}", *values))
-            except struct.error:
-                raise NotFast from None
+            return _delimited(tag, struct.pack(f"<{len(values)}{code}", *values))
 
-        return list[float] if code in "df" else list[int | str], fixed
-    _, one = _scalar(field)  # varints: encode each without its tag
-    tag_len = len(_tag(field.number, 0))
+        return list[float] if code in "df" else list[int | str], _call(fixed)
+    to_int = _to_int(field)
+    lo, hi = _RANGES[field.type]
+    zigzag = field.type in _ZIGZAG
 
     def varints(values: list[Any]) -> bytes:
-        if not values:
-            return b""
-        return _delimited(tag, b"".join(one(v)[tag_len:] or b"\x00" for v in values))
+        out = []
+        for raw in values:
+            value = raw if type(raw) is int else to_int(raw)
+            if not lo <= value <= hi:
+                raise NotFast
+            if zigzag:
+                value = (value << 1) ^ (value >> 63)
+            out.append(_varint(value & 0xFFFFFFFFFFFFFFFF))
+        return _delimited(tag, b"".join(out))
 
-    return list[int | str], varints
+    return list[int | str], _call(varints)
 
 
 # -- attribute lists and values ----------------------------------------------------------
 
 
-def _keyvalue_list(number: int) -> tuple[type, Encoder]:
+def _keyvalue_list(number: int) -> tuple[type, Emit]:
     """A repeated ``KeyValue`` field, kept as a raw JSON slice and cached by it."""
     tag = _tag(number, 2)
     cache: dict[bytes, bytes] = {}  # per field: raw JSON slice -> its tagged protobuf
 
-    def encode(raw: msgspec.Raw) -> bytes:
-        if not raw:
-            return b""
-        key = bytes(raw)
-        hit = cache.get(key)
-        if hit is None:
-            try:
-                kvs = anyvalue.keyvalues_from_json(json.loads(key))
-                hit = b"".join(_delimited(tag, kv.SerializeToString()) for kv in kvs)
-            except (DecodeError, ValueError, TypeError, RecursionError):
-                raise NotFast from None
-            if len(cache) >= _CACHE_LIMIT:
-                cache.clear()
-            cache[key] = hit
+    def miss(key: bytes) -> bytes:
+        try:
+            kvs = anyvalue.keyvalues_from_json(json.loads(key))
+            hit = b"".join(_delimited(tag, kv.SerializeToString()) for kv in kvs)
+        except (DecodeError, ValueError, TypeError, RecursionError):
+            raise NotFast from None
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        cache[key] = hit
         return hit
 
-    return msgspec.Raw, encode
+    def emit(src: _Source, v: str) -> None:
+        template = """
+            if $v:
+                key = b"" + $v  # a copy of the slice, twice as fast as bytes()
+                hit = $cache.get(key)
+                out.append($miss(key) if hit is None else hit)
+            """
+        src.write(template, v=v, cache=src.bind("cache", cache), miss=src.bind("miss", miss))
+
+    return msgspec.Raw, emit
 
 
 _VALUE_KEYS = ("bool", "int", "double", "bytes", "array", "kvlist")
@@ -270,46 +430,86 @@ _Value = msgspec.defstruct(
     module=__name__,
 )
 _VALUE_NAMES = tuple(_Value.__struct_fields__)
-_NO_OTHER = (msgspec.Raw(),) * (len(_VALUE_NAMES) - 2)
+# msgspec fills in these very objects for absent keys, so comparing with them is cheap
+_VALUE_ABSENT = _Value.__struct_defaults__
+_ONLY_CAMEL_STRING = _VALUE_ABSENT[1:]  # nothing but stringValue, or nothing at all
+_NO_OTHER = _VALUE_ABSENT[2:]  # nothing but a string, in either spelling
 
 
-def _any_value(number: int) -> tuple[Any, Encoder]:
+@functools.cache
+def _string_value_heads(tag: bytes) -> tuple[bytes, ...]:
+    """What precedes the UTF-8 of a string ``AnyValue`` of each length below ``_HEADS``."""
+    heads = []
+    for size in range(_HEADS):
+        inner = b"\x0a" + _varint(size)  # string_value = 1
+        heads.append(tag + _varint(len(inner) + size) + inner)
+    return tuple(heads)
+
+
+def _any_value(number: int) -> tuple[Any, Emit]:
     tag = _tag(number, 2)
+    heads = _string_value_heads(tag)
+    empty = tag + b"\x00"  # {}: a value that is present but empty
+    astuple = msgspec.structs.astuple
 
     def encode(value: Any) -> bytes:
-        values = msgspec.structs.astuple(value)
-        text, other = values[0], values[1]
-        if values[2:] == _NO_OTHER:
+        values = astuple(value)
+        if values[1:] == _ONLY_CAMEL_STRING:  # a string, the common case
+            text = values[0]
             if text is msgspec.UNSET:
-                if other is msgspec.UNSET:
-                    return tag + b"\x00"  # {}: a value that is present but empty
-                text = other
-            elif other is not msgspec.UNSET:
-                raise NotFast  # both spellings: the walk reports it
-            # a string, the common case
-            try:
-                data: bytes = text.encode("utf-8")
-            except UnicodeEncodeError:
-                raise NotFast from None
-            size = len(data)
-            if size < 0x3F00:  # both lengths fit the table: the common short string
-                inner = b"\x0a" + _SMALL[size] + data
-                return tag + _SMALL[len(inner)] + inner
-            return _delimited(tag, _delimited(b"\x0a", data))
-        obj: dict[str, Any] = {}
-        for name, item in zip(_VALUE_NAMES, values, strict=True):
-            if isinstance(item, msgspec.Raw):
-                if item:
-                    obj[name] = json.loads(bytes(item))
-            elif item is not msgspec.UNSET:
-                obj[name] = item
-        try:
-            message = AnyValue(**anyvalue.value_kwargs(obj, "value"))
-            return _delimited(tag, message.SerializeToString())
-        except (DecodeError, ValueError, TypeError, RecursionError):
-            raise NotFast from None
+                return empty
+        elif values[0] is msgspec.UNSET and values[2:] == _NO_OTHER:
+            text = values[1]
+        else:
+            return _other_value(tag, values)
+        data: bytes = text.encode()
+        size = len(data)
+        if size < _HEADS:
+            return heads[size] + data
+        return _delimited(tag, _delimited(b"\x0a", data))
 
-    return _Value, encode
+    def emit(src: _Source, v: str) -> None:
+        # encode's common case inline: a short string, in camelCase (UNSET is false)
+        template = """
+            if $v is not None:
+                w = astuple($v)
+                if w[1:] == $only_camel_string and w[0]:
+                    d = w[0].encode()
+                    n = len(d)
+                    if n < $limit:
+                        out.append($heads[n])
+                        out.append(d)
+                    else:
+                        out.append($encode($v))
+                else:
+                    out.append($encode($v))
+            """
+        src.write(
+            template,
+            v=v,
+            only_camel_string=src.bind("only_camel_string", _ONLY_CAMEL_STRING),
+            limit=str(_HEADS),
+            heads=src.bind("heads", heads),
+            encode=src.bind("encode", encode),
+        )
+
+    return _Value, emit
+
+
+def _other_value(tag: bytes, values: tuple[Any, ...]) -> bytes:
+    """A value that is not (only) a string, or a string in both spellings, the slow way."""
+    obj: dict[str, Any] = {}
+    for name, item in zip(_VALUE_NAMES, values, strict=True):
+        if isinstance(item, msgspec.Raw):
+            if item:
+                obj[name] = json.loads(bytes(item))
+        elif item is not msgspec.UNSET:
+            obj[name] = item
+    try:
+        message = AnyValue(**anyvalue.value_kwargs(obj, "value"))
+        return _delimited(tag, message.SerializeToString())
+    except (DecodeError, ValueError, TypeError, RecursionError):
+        raise NotFast from None
 
 
 # -- messages -----------------------------------------------------------------------------
@@ -321,43 +521,82 @@ def _message(descriptor: Descriptor) -> tuple[type[msgspec.Struct], Encoder]:
     # the Struct holds the camelCase fields first, then the snake_case spellings
     primary: list[tuple[str, Any, Any]] = []
     alternates: list[tuple[str, Any, Any]] = []
-    encoders: list[Encoder] = []
-    alt_of: list[int] = []  # per alternate, the index of its camelCase field
+    fields: list[tuple[FieldDescriptor, Emit]] = []
+    spelled: list[tuple[int, Any, bool]] = []  # per alternate: see _encoder
     for field in descriptor.fields:
         if field.name.endswith("_strindex") or field.name in _SKIPPED:
             continue
-        typ, enc = _field(field)
+        typ, emit = _field(field)
         # msgspec takes Raw only on its own (not in a union): absent is an empty Raw
         spec = (typ, msgspec.Raw()) if typ is msgspec.Raw else (typ | None, None)
         if field.name != field.json_name:
             alternates.append((field.name, *spec))
-            alt_of.append(len(primary))
+            spelled.append((len(primary), spec[1], typ is msgspec.Raw))
         primary.append((field.json_name, *spec))
-        encoders.append(enc)
+        fields.append((field, emit))
     cls = msgspec.defstruct(
         descriptor.name + "Json", primary + alternates, kw_only=True, gc=False, module=__name__
     )
-    n = len(primary)
-    absent = tuple(default for _, _, default in alternates)
-    encs = tuple(encoders)
-    astuple = msgspec.structs.astuple
-
-    def encode(obj: Any) -> bytes:
-        values = astuple(obj)
-        if values[n:] != absent:  # some snake_case key: it fills the field camelCase left out
-            merged = list(values[:n])
-            for i, value in zip(alt_of, values[n:], strict=True):
-                if merged[i] is None or (type(merged[i]) is msgspec.Raw and not merged[i]):
-                    merged[i] = value
-            values = tuple(merged)
-        # zip stops at the camelCase fields; an empty Raw (absent list or value) encodes as b""
-        pairs = zip(values, encs, strict=False)
-        return b"".join([enc(v) for v, enc in pairs if v is not None])
-
-    return cls, encode
+    return cls, _encoder(descriptor, fields, spelled)
 
 
-def _field(field: FieldDescriptor) -> tuple[Any, Encoder]:
+def _encoder(
+    descriptor: Descriptor,
+    fields: list[tuple[FieldDescriptor, Emit]],
+    alternates: list[tuple[int, Any, bool]],
+) -> Encoder:
+    """Generates the encoder of a message body, for example (``Status``)::
+
+        def encode_Status(obj):
+            v0, v1, = astuple(obj)
+            out = []
+            # message = 2
+            if v0:
+                d = v0.encode()
+                n = len(d)
+                out.append(heads_3[n] if n < 1024 else tag_4 + varint(n))
+                out.append(d)
+            # code = 3
+            if v1 is not None:
+                if type(v1) is not int:
+                    v1 = to_int_5(v1)
+                if not -2147483648 <= v1 <= 2147483647:
+                    raise NotFast
+                if v1:
+                    out.append(heads_6[v1] if 0 <= v1 < 1024 else tag_7 + varint(...))
+            return b"".join(out)
+
+    ``fields`` are the camelCase fields of the Struct with the code of each,
+    ``alternates`` the snake_case spellings that follow them in the Struct:
+    the index of the field each spells, its default and whether it is a Raw.
+    """
+    name = "encode_" + descriptor.name
+    src = _Source()
+    variables = [f"v{i}" for i in range(len(fields))]
+    spellings = [f"a{j}" for j in range(len(alternates))]
+    src.write(f"def {name}(obj):", indent=0)
+    src.write(f"{', '.join(variables + spellings)}, = astuple(obj)")
+    if alternates:
+        # some snake_case key (not its default: None, or that very empty Raw) fills the
+        # field camelCase left out
+        given = []
+        for var, (_, default, _) in zip(spellings, alternates, strict=True):
+            absent = "None" if default is None else src.bind("absent", default)
+            given.append(f"{var} is not {absent}")
+        src.write("if (\n    " + "\n    or ".join(given) + "\n):")
+        for j, (i, _, raw) in enumerate(alternates):
+            unset = f"not v{i}" if raw else f"v{i} is None"  # an absent Raw is empty
+            src.write(f"if {unset}:\n    v{i} = a{j}", indent=2)
+    src.write("out = []")
+    for var, (field, emit) in zip(variables, fields, strict=True):
+        src.write(f"# {field.name} = {field.number}")
+        emit(src, var)
+    src.write('return b"".join(out)')
+    encode: Encoder = src.function(name, f"<jsonwire {descriptor.full_name}>")
+    return encode
+
+
+def _field(field: FieldDescriptor) -> tuple[Any, Emit]:
     repeated = bool(field.is_repeated)
     if field.type != _FD.TYPE_MESSAGE:
         return _packed(field) if repeated else _scalar(field)
@@ -371,18 +610,17 @@ def _field(field: FieldDescriptor) -> tuple[Any, Encoder]:
         raise TypeError(f"unsupported field {field.full_name}")
     cls, body = _message(field.message_type)
     tag = _tag(field.number, 2)
-    if not repeated:
-        return cls, lambda obj: _delimited(tag, body(obj))
 
-    def many(items: list[Any]) -> bytes:
-        out = []
-        for obj in items:
-            data = body(obj)
-            size = len(data)  # _delimited, inlined: this runs for every point, record, span
-            out.append(tag + (_SMALL[size] if size < 0x4000 else _varint(size)) + data)
-        return b"".join(out)
+    def emit(src: _Source, v: str) -> None:
+        encode = src.bind("encode", body)
+        if repeated:
+            src.write(f"if {v}:\n    for item in {v}:\n        d = {encode}(item)")
+            _append_delimited(src, tag, 3)
+        else:
+            src.write(f"if {v} is not None:\n    d = {encode}({v})")
+            _append_delimited(src, tag, 2)
 
-    return list[cls], many  # type: ignore[valid-type]
+    return (list[cls] if repeated else cls), emit  # type: ignore[valid-type]
 
 
 @functools.cache
@@ -394,7 +632,7 @@ def _decoder(descriptor: Descriptor) -> tuple[msgspec.json.Decoder[Any], Encoder
 def to_protobuf(descriptor: Descriptor | Any, body: bytes) -> bytes:
     """The protobuf encoding of the OTLP/JSON request ``body``; raises :class:`NotFast`."""
     decoder, encode = _decoder(descriptor)
-    try:
+    try:  # msgspec's errors are ValueErrors too
         return encode(decoder.decode(body))
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+    except _REFUSED:
         raise NotFast from None

@@ -150,6 +150,11 @@ def test_timestamps_are_microseconds_with_exact_nanoseconds() -> None:
         ),
         ("spans", b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}', True,
          "invalid hex id"),
+        # integers too long for Python's int(): a decode error, not a ValueError
+        ("logs", b'{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"'
+         + b"9" * 5000 + b'"}]}]}]}', True, "logRecords[0].timeUnixNano: expected an integer"),
+        ("logs", b'{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":'
+         + b"9" * 5000 + b"}]}]}]}", True, "not valid JSON"),
     ],
 )
 def test_malformed_requests_raise_decode_error(
