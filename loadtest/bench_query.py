@@ -218,7 +218,9 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING)
     cache_dir = Path(args.cache_dir)
     data_dir = ensure_data(cache_dir, args.points)
-    files = sorted(str(p) for p in (data_dir / "tenants" / TENANT / "metrics").rglob("*.parquet"))
+    files = sorted(
+        str(p.absolute()) for p in (data_dir / "tenants" / TENANT / "metrics").rglob("*.parquet")
+    )
     store = TableStore(data_dir)
     committed = store.open(TENANT, "metrics", create=False).snapshot()
     live = {f.path for f in committed.files}

@@ -189,6 +189,8 @@ class WorkerSpec:
     ack_log: str | None
     pool: int = 8
     retry_overload: bool = True
+    rate: float = 0.0
+    """Requests per second this worker sends on a fixed schedule (0: as fast as acked)."""
 
 
 @dataclasses.dataclass
@@ -330,8 +332,17 @@ def run_worker(spec: WorkerSpec) -> WorkerResult:
     try:
         while time.perf_counter() < deadline and (spec.requests <= 0 or seq < spec.requests):
             body = bodies.body(seq)
+            scheduled = 0.0
+            if spec.rate > 0:
+                # a fixed schedule; latency counts from the scheduled time, so a slow
+                # answer that delays later requests shows in their latency too
+                scheduled = started + seq / spec.rate
+                pause = scheduled - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
             while True:
-                t0 = time.perf_counter()
+                t0 = scheduled or time.perf_counter()
+                scheduled = 0.0
                 status, retry_after = sender.send(body)
                 result.statuses[status] += 1
                 if status in ("200", "OK"):
@@ -498,6 +509,7 @@ def specs_from_args(args: argparse.Namespace, url: str, grpc_target: str) -> lis
             gzip=args.gzip,
             unique=args.unique,
             ack_log=str(ack_dir / f"worker-{w}.acks") if ack_dir else None,
+            rate=args.rate / args.points_per_request / args.workers if args.rate else 0.0,
         )
         for w in range(args.workers)
     ]
@@ -509,6 +521,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--requests", type=int, default=0, help="requests per worker (overrides --duration)"
     )
     p.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="offered load in points/s, sent on a fixed schedule (default: as fast as acked)",
+    )
     p.add_argument("--protocol", choices=["http", "grpc"], default="http")
     p.add_argument("--signal", choices=["metrics", "logs", "spans"], default="metrics")
     p.add_argument("--points-per-request", type=int, default=1000)
