@@ -26,12 +26,13 @@ import pyarrow.parquet as pq
 from pyroaring import BitMap
 
 from shoal.config import Config
-from shoal.errors import CoverageOverlapError, SchemaMismatchError
+from shoal.errors import SchemaMismatchError
 from shoal.otlp.schema import UTC_US, TableSpec
 from shoal.pipeline.commit import Change, run_with_retries
 from shoal.pipeline.writer import WriteTarget, WrittenFile, write_table
 from shoal.storage import coverage as cov
 from shoal.storage import layout
+from shoal.storage.importer import overlap_error
 from shoal.storage.types import CommitResult, NewFile, TableSnapshot
 
 if TYPE_CHECKING:
@@ -115,12 +116,7 @@ def backfill(
         def refuse_overlap(snap: TableSnapshot) -> None:
             clash = overlap(table, incoming, snap)
             if clash:
-                unit = table.bucket_s * 1_000_000
-                ranges = [
-                    (cov.from_us(a * unit).isoformat(), cov.from_us(b * unit).isoformat())
-                    for a, b in cov.runs(clash)
-                ]
-                raise CoverageOverlapError(table.label, ranges)
+                raise overlap_error(table, clash)
 
         if not allow_overlap:
             refuse_overlap(snapshot)

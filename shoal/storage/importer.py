@@ -130,6 +130,16 @@ def _plan(table: Table, path: Path, rewrite: bool | None) -> _Plan:
     return _Plan(path, adopt, coverage, stats, hours)
 
 
+def overlap_error(table: Table, buckets: BitMap) -> CoverageOverlapError:
+    """The error naming the time ranges of overlapping coverage ``buckets``."""
+    unit = table.bucket_s * 1_000_000
+    ranges = [
+        (cov.from_us(a * unit).isoformat(), cov.from_us(b * unit).isoformat())
+        for a, b in cov.runs(buckets)
+    ]
+    return CoverageOverlapError(table.label, ranges)
+
+
 def _overlaps(table: Table, plans: Sequence[_Plan]) -> BitMap:
     existing = table.covered()
     by_series = bool(table.spec.series_columns)
@@ -180,16 +190,11 @@ def import_files(
     def refuse_overlap() -> None:
         found = _overlaps(table, plans)
         if found:
-            unit = table.bucket_s * 1_000_000
-            ranges = [
-                (cov.from_us(a * unit).isoformat(), cov.from_us(b * unit).isoformat())
-                for a, b in cov.runs(found)
-            ]
-            raise CoverageOverlapError(table.label, ranges)
+            raise overlap_error(table, found)
 
     overlap = _overlaps(table, plans)
-    if not allow_overlap:
-        refuse_overlap()  # before any file is written ...
+    if overlap and not allow_overlap:
+        raise overlap_error(table, overlap)  # before any file is written ...
     if overlap:
         logger.warning(
             "%s: importing over %d already covered buckets (--allow-overlap)",
