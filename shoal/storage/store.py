@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from deltalake import DeltaTable
@@ -100,25 +103,28 @@ class TableStore:
     def _create(self, path: Path, spec: TableSpec) -> None:
         spec_mod.validate(spec)
         make_dirs_durable(path, self.data_dir)
-        try:
-            DeltaTable.create(
-                str(path),
-                spec.schema,
-                mode="error",
-                name=spec.name,
-                configuration=spec_mod.to_configuration(spec, self.coverage_bucket_s),
-                raise_if_key_not_exists=False,
-            )
-        except Exception as exc:
-            # Another process may have created it first; that is fine.
+        # delta-rs's create is check-then-commit: two processes racing through it both
+        # commit a CREATE TABLE (versions 0 and 1, with different table ids). A lock
+        # shared across processes makes the check and the commit one step.
+        with _create_lock(path):
             if DeltaTable.is_deltatable(str(path)):
-                logger.debug("table %s created concurrently: %s", path, exc)
+                logger.debug("table %s created concurrently", path)
                 return
-            raise StorageError(f"cannot create table at {path}: {exc}") from exc
-        log_dir = path / "_delta_log"
-        fsync_file(log_dir / f"{0:020d}.json")
-        fsync_dir(log_dir)
-        fsync_dir(path)
+            try:
+                DeltaTable.create(
+                    str(path),
+                    spec.schema,
+                    mode="error",
+                    name=spec.name,
+                    configuration=spec_mod.to_configuration(spec, self.coverage_bucket_s),
+                    raise_if_key_not_exists=False,
+                )
+            except Exception as exc:
+                raise StorageError(f"cannot create table at {path}: {exc}") from exc
+            log_dir = path / "_delta_log"
+            fsync_file(log_dir / f"{0:020d}.json")
+            fsync_dir(log_dir)
+            fsync_dir(path)
         logger.info("created table %s", path)
 
     def tenants(self) -> list[str]:
@@ -138,6 +144,22 @@ class TableStore:
             for p in base.iterdir()
             if (p / "_delta_log").is_dir() and _TABLE_RE.match(p.name)
         )
+
+
+@contextmanager
+def _create_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock, across processes, on creating the table at ``path``.
+
+    The lock file sits beside the table (``.<table>.create-lock`` in the tenant's
+    directory), outside the table's own directory, which vacuum owns.
+    """
+    lock_path = path.parent / f".{path.name}.create-lock"
+    with open(lock_path, "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def _check_same(table: Table, spec: TableSpec) -> None:

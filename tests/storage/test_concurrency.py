@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -65,6 +66,35 @@ def test_two_writers_every_commit_lands_once(tmp_path: Path) -> None:
     assert sorted(rows) == sorted(want)  # nothing lost, nothing twice, nothing overwritten
     assert len(set(rows)) == len(rows)
     assert {h.wal_lsn for h in table.history(100) if h.operation == "flush"} == set(range(1, 13))
+
+
+def test_stores_creating_one_table_at_once_commit_one_create(tmp_path: Path) -> None:
+    # Separate TableStores share nothing, as separate processes would; threads released
+    # together by a barrier hit delta-rs's check-then-commit window far more often.
+    for round_ in range(10):
+        data_dir = tmp_path / f"data-{round_}"
+        barrier = threading.Barrier(4)
+        errors: list[BaseException] = []
+
+        def create(
+            data_dir: Path = data_dir,
+            barrier: threading.Barrier = barrier,
+            errors: list[BaseException] = errors,
+        ) -> None:
+            barrier.wait()
+            try:
+                TableStore(data_dir).open("t", "logs")
+            except BaseException as exc:  # reported by the assertion below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=create) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        # one CREATE TABLE, not one per store
+        assert _versions(data_dir / "tenants" / "t" / "logs") == [0]
 
 
 def test_two_writers_replaying_the_same_wal_commit_each_lsn_once(tmp_path: Path) -> None:
