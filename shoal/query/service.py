@@ -124,7 +124,7 @@ class QueryResult:
             # DataFusion stream) outlives this call: dropping the stream cancels its work.
             self.close()
             raise failure
-        batch: pa.RecordBatch = item.to_pyarrow()
+        batch = conform(item.to_pyarrow(), self.schema)
         room = self._limits.max_rows - self.rows
         if batch.num_rows > room:
             self.truncated = True
@@ -170,6 +170,21 @@ class QueryResult:
         release, self._release = self._release, None
         if release is not None:
             release()
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with exactly the result's declared ``schema``.
+
+    DataFusion may hand back batches whose fields differ from the plan's schema in
+    nullability alone (``min(ts)`` answered from Parquet statistics comes back
+    non-null while the plan says nullable); an Arrow IPC stream or a table built
+    from the declared schema refuses such batches.
+    """
+    if batch.schema.equals(schema):
+        return batch
+    if batch.schema.types == schema.types:
+        return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+    return batch.cast(schema)
 
 
 class QueryService:
