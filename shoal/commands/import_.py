@@ -7,18 +7,14 @@ import sys
 from pathlib import Path
 
 from shoal.cli import load_config
+from shoal.commands import open_store
 from shoal.otlp.schema import SIGNAL_TABLES
 from shoal.storage.importer import spec_for_file
-from shoal.storage.store import TableStore
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args)
-    store = TableStore(
-        cfg.data_path,
-        coverage_bucket_s=int(cfg.coverage_bucket_s),
-        checkpoint_interval=int(cfg.checkpoint_interval),
-    )
+    store = open_store(cfg)
     paths = [Path(p) for p in args.files]
     spec = None
     if not store.exists(args.tenant, args.table) and args.table not in SIGNAL_TABLES:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from shoal.cli import load_config
-from shoal.config import Config
+from shoal.commands import open_store
 from shoal.errors import ConfigError, JobConflictError
 from shoal.storage.store import TableStore
 
@@ -23,14 +23,6 @@ if TYPE_CHECKING:
     from shoal.storage.table import Table
 
 logger = logging.getLogger(__name__)
-
-
-def _store(cfg: Config) -> TableStore:
-    return TableStore(
-        cfg.data_path,
-        coverage_bucket_s=int(cfg.coverage_bucket_s),
-        checkpoint_interval=int(cfg.checkpoint_interval),
-    )
 
 
 def _tables(store: TableStore, args: argparse.Namespace) -> list[Table]:
@@ -73,7 +65,7 @@ def compact(args: argparse.Namespace) -> int:
     cfg = load_config(args)
     since = _parse_time(args.since, "--since")
     until = _parse_time(args.until, "--until")
-    tables = _tables(_store(cfg), args)
+    tables = _tables(open_store(cfg), args)
     target = int(cfg.compact_target_file_bytes)
     todo = [
         t
@@ -122,7 +114,7 @@ def retention(args: argparse.Namespace) -> int:
             f"{r.rows_removed} rows before {cutoff} ({r.retention_days} days)"
         )
 
-    return _each(_tables(_store(cfg), args), run)
+    return _each(_tables(open_store(cfg), args), run)
 
 
 def rollup(args: argparse.Namespace) -> int:
@@ -136,7 +128,7 @@ def rollup(args: argparse.Namespace) -> int:
             f"--table: rollups read {ROLLUP_SOURCE} and write "
             f"{', '.join(ROLLUP_WIDTHS_S)}; not {args.table!r}"
         )
-    store = _store(cfg)
+    store = open_store(cfg)
     tenants = [args.tenant] if args.tenant else store.tenants()
     tenants = [t for t in tenants if ROLLUP_SOURCE in store.tables(t)]
     if not tenants:
@@ -177,4 +169,4 @@ def vacuum(args: argparse.Namespace) -> int:
         deleted = table.vacuum(hours)
         return f"{table.label}: deleted {len(deleted)} files older than {hours:g} h"
 
-    return _each(_tables(_store(cfg), args), run)
+    return _each(_tables(open_store(cfg), args), run)

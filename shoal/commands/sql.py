@@ -19,6 +19,7 @@ import httpx
 import pyarrow as pa
 
 from shoal.cli import load_config
+from shoal.commands import open_store
 from shoal.config import Config
 from shoal.errors import QueryError
 from shoal.query.encoders import column_values
@@ -102,9 +103,7 @@ def _remote(config: Config, args: argparse.Namespace, sql: str) -> int:
 
 def _local(config: Config, args: argparse.Namespace, sql: str) -> int:
     from shoal.query.service import QueryService, limits_from_config
-    from shoal.storage.store import TableStore
-
-    store = TableStore(config.data_path)
+    store = open_store(config)
     service = QueryService(store, None, limits_from_config(config))
     try:
         table, result = _run_local(service, args.tenant, sql)

@@ -6,18 +6,14 @@ import argparse
 import datetime as dt
 
 from shoal.cli import load_config
+from shoal.commands import open_store
 from shoal.errors import ConfigError
-from shoal.storage.store import TableStore
 from shoal.storage.table import Table
 
 
 def _open(args: argparse.Namespace) -> Table:
     cfg = load_config(args)
-    store = TableStore(
-        cfg.data_path,
-        coverage_bucket_s=int(cfg.coverage_bucket_s),
-        checkpoint_interval=int(cfg.checkpoint_interval),
-    )
+    store = open_store(cfg)
     return store.open(args.tenant, args.table, create=False)
 
 

@@ -169,40 +169,14 @@ def test_cli_import_user_table_history_and_coverage(
     err = capsys.readouterr().err
     assert "overlaps existing data in 2026-03-01T00:00:00+00:00 .. 2026-03-02T00:00:00+00:00" in err
 
-    assert (
-        main(
-            [
-                "table",
-                "history",
-                "--data-dir",
-                str(data_dir),
-                "--tenant",
-                "acme",
-                "--table",
-                "trips",
-            ]
-        )
-        == 0
-    )
+    assert main(["table", "history", *common]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["version", "timestamp", "operation"]
     assert [ln.split()[2] for ln in lines[1:]] == ["import", "import", "CREATE"]
     assert [ln.split()[3] for ln in lines[1:3]] == ["2880", "2880"]
 
-    args = [
-        "table",
-        "coverage",
-        "--data-dir",
-        str(data_dir),
-        "--tenant",
-        "acme",
-        "--table",
-        "trips",
-        "--start",
-        "2026-02-28T12:00:00Z",
-        "--end",
-        "2026-03-03T00:00:00Z",
-    ]
+    args = ["table", "coverage", *common]
+    args += ["--start", "2026-02-28T12:00:00Z", "--end", "2026-03-03T00:00:00Z"]
     assert main(args) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "acme/trips (table): 2880/3600 buckets of 60s covered"
