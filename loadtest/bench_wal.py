@@ -1,6 +1,7 @@
 """WAL throughput, latency and replay speed beside the disk's raw limit.
 
-``python -m loadtest.bench_wal [--seconds S] [--dir DIR]`` (``make bench-wal``).
+``python -m loadtest.bench_wal [--seconds S] [--dir DIR] [--only KIB:APPENDERS ...]
+[--kind threads|server] [--no-replay]`` (``make bench-wal``).
 
 For each record size (1, 16, 64 KiB) and number of concurrent appenders
 (1, 8, 64), it runs, side by side in the same run and directory:
@@ -257,6 +258,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench_wal", description=__doc__)
     parser.add_argument("--seconds", type=float, default=2.0, help="per measurement")
     parser.add_argument("--dir", default=None, help="directory on the disk to test")
+    parser.add_argument(
+        "--only",
+        action="append",
+        type=_config,
+        metavar="KIB:APPENDERS",
+        help="run only this record size and appender count (repeatable), e.g. 16:64",
+    )
+    parser.add_argument(
+        "--kind", choices=("threads", "server"), help="run only this kind of appenders"
+    )
+    parser.add_argument("--no-replay", action="store_true", help="skip the replay timings")
     args = parser.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="shoal-bench-wal-", dir=args.dir))
     try:
@@ -271,8 +283,14 @@ def main(argv: list[str] | None = None) -> int:
         verdicts: list[str] = []
         configs = [("threads", r, a) for r in SIZES for a in APPENDERS]
         configs += [("server", r, a) for r in SIZES for a in APPENDERS if a > 1]
+        if args.only:
+            configs = [c for c in configs if (c[1], c[2]) in args.only]
+        if args.kind:
+            configs = [c for c in configs if c[0] == args.kind]
+        server_header = False
         for mode, record, appenders in configs:
-            if mode == "server" and (record, appenders) == (SIZES[0], 8):
+            if mode == "server" and not server_header:
+                server_header = True
                 print("-- server-style appenders (asyncio tasks, acks via on_durable) --")
             run = wal_run if mode == "threads" else server_style_run
             raw, wal = _alternate(base, record, appenders, args.seconds, run)
@@ -301,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in verdicts:
             print(line)
         print()
-        for record in (1 * KiB, 16 * KiB):
+        for record in () if args.no_replay else (1 * KiB, 16 * KiB):
             seconds, n = replay_bench(base, record, 64 * MiB)
             opened = open_bench(base, record, 64 * MiB)
             print(
@@ -316,6 +334,22 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return 0
+
+
+def _config(text: str) -> tuple[int, int]:
+    """``16:64`` -> (16 KiB, 64 appenders)."""
+    kib, sep, appenders = text.partition(":")
+    try:
+        value = (int(kib) * KiB, int(appenders))
+    except ValueError:
+        value = (0, 0)
+    if not sep or value[0] not in SIZES or value[1] not in APPENDERS:
+        sizes = ", ".join(str(size // KiB) for size in SIZES)
+        counts = ", ".join(str(n) for n in APPENDERS)
+        raise argparse.ArgumentTypeError(
+            f"expected KIB:APPENDERS with KIB in {sizes} and APPENDERS in {counts}, got {text!r}"
+        )
+    return value
 
 
 def _fsync_samples(directory: Path, n: int = 200) -> list[float]:

@@ -12,7 +12,14 @@ import pytest
 from shoal.errors import ConfigError, RecordTooLargeError, WalClosedError, WalError, WalFatalError
 from shoal.wal import InMemoryWalMetrics, Wal
 from shoal.wal.codec import decode_segment_header
-from tests.wal.helpers import ShortWriteOps, payload_for, replay_all, segments, write_log
+from tests.wal.helpers import (
+    GatedSyncOps,
+    ShortWriteOps,
+    payload_for,
+    replay_all,
+    segments,
+    write_log,
+)
 
 
 def test_append_resolves_to_increasing_lsns_and_replay_returns_them(tmp_path: Path) -> None:
@@ -137,7 +144,7 @@ def test_on_durable_sees_every_group_in_lsn_order_before_futures_resolve(tmp_pat
     def on_durable(group: Sequence[tuple[int, object]]) -> None:
         for lsn, tag in group:
             fut = futures.get(tag)  # type: ignore[call-overload]
-            if fut is not None and fut.done():  # type: ignore[attr-defined]
+            if fut is not None and fut.done():
                 resolved_early.append(lsn)
         seen.extend(group)
 
@@ -185,6 +192,55 @@ def test_group_commit_shares_fsyncs_between_concurrent_appenders(tmp_path: Path)
         wal.shutdown(10)
     assert metrics.records == 640
     assert metrics.groups < 640  # groups formed: fewer fsyncs than records
+
+
+def test_fewer_appenders_than_the_last_group_are_not_left_waiting(tmp_path: Path) -> None:
+    # 16 appenders make the writer expect groups of 16; then one appender
+    # goes on alone, then five records come at once: every group the writer
+    # gathers for in vain must still be committed.
+    metrics = InMemoryWalMetrics()
+    wal = Wal.open(tmp_path, metrics=metrics)
+    try:
+        barrier = threading.Barrier(16)
+
+        def worker() -> None:
+            barrier.wait()
+            for i in range(20):
+                wal.append(payload_for(i, 1000)).result(timeout=10)
+
+        threads = [threading.Thread(target=worker) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        alone = [wal.append(payload_for(i, 1000)).result(timeout=10) for i in range(50)]
+        burst = [wal.append(payload_for(i, 1000)) for i in range(5)]
+        later = [f.result(timeout=10) for f in burst]
+    finally:
+        wal.shutdown(10)
+    assert alone == list(range(321, 371))
+    assert later == list(range(371, 376))
+    assert metrics.records == 375
+    records, reopened = replay_all(tmp_path)
+    reopened.shutdown(10)
+    assert [lsn for lsn, _payload in records] == list(range(1, 376))
+
+
+def test_an_append_cannot_be_cancelled(tmp_path: Path) -> None:
+    ops = GatedSyncOps()
+    wal = Wal.open(tmp_path, file_ops=ops)
+    try:
+        ops.arm(fail=False)
+        future = wal.append(b"held")
+        assert ops.sync_entered.wait(10)
+        assert not future.done()
+        assert future.cancel() is False
+        assert not future.cancelled()
+        ops.release.set()
+        assert future.result(timeout=10) == 1
+    finally:
+        ops.release.set()
+        wal.shutdown(10)
 
 
 def test_futures_work_with_asyncio(tmp_path: Path) -> None:
