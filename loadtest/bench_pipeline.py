@@ -17,6 +17,7 @@ after compaction.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import time
@@ -161,6 +162,8 @@ def main() -> None:
     spark.range(1).count()
     spark_start = time.perf_counter() - started
     table = TableStore(shoal_copy).open("bench", "metrics")
+    slots = spark.sparkContext.defaultParallelism
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     result = compact_table(spark, table, cfg)
     shoal_s = time.perf_counter() - started
@@ -170,6 +173,7 @@ def main() -> None:
     started = time.perf_counter()
     metrics = dt.optimize.compact(target_size=TARGET_BYTES)
     delta_s = time.perf_counter() - started
+    load_after = os.getloadavg()[0]
 
     q_after = query_times(shoal_copy, args.repeats)
     q_delta = query_times(delta_copy, args.repeats)
@@ -179,7 +183,8 @@ def main() -> None:
     print()
     print(
         f"input: {args.points:,} points, {files_before} files, {bytes_before / 1e6:.1f} MB; "
-        f"master {args.master}"
+        f"master {args.master} ({slots} task slots); 1-minute load average "
+        f"{load_before:.2f} before compaction, {load_after:.2f} after"
     )
     print(f"{'compaction':<34}{'seconds':>10}{'files after':>14}")
     print(f"{'shoal (Spark), job':<34}{shoal_s:>10.1f}{files_after:>14}")

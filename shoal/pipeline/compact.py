@@ -1,11 +1,14 @@
 """Compaction: merge each hour's small files into few well-sized, sorted files.
 
 The plan comes from the committed file list (:func:`shoal.pipeline.plan.compaction_groups`):
-per hour, runs of small files of about the target size. Spark runs one task
-per run; the task reads its files with Arrow, sorts their rows together by the
+per hour, runs of small files of about the target size. The runs are dealt
+into one batch per Spark slot (a task costs tens of milliseconds to start, a
+run a fraction of a second to merge); a task merges its runs one after the
+other: it reads each run's files with Arrow, sorts their rows together by the
 table's sort columns and writes them with the flusher's layout rules
-(:mod:`shoal.pipeline.writer`), so rows never pass through Spark's row format
-(measured 50-100x slower for this wide, nested schema; docs/rationale.md).
+(:mod:`shoal.pipeline.merge`, :mod:`shoal.pipeline.writer`), so rows never
+pass through Spark's row format (measured 50-100x slower for this wide,
+nested schema; docs/rationale.md).
 One commit then removes the old files and adds the new ones
 (``dataChange=false``): readers see the same rows before and after. Removed
 files stay on disk until vacuum deletes them, ``vacuum_retention_hours``
@@ -23,13 +26,13 @@ from typing import TYPE_CHECKING
 from shoal.config import Config
 from shoal.errors import MaintenanceError
 from shoal.pipeline.commit import Change, discard, relative, run_with_retries
-from shoal.pipeline.plan import compaction_groups
+from shoal.pipeline.merge import merge_runs
+from shoal.pipeline.plan import HourGroup, compaction_groups, task_batches
 from shoal.pipeline.writer import (
     HOUR_COLUMN,
     WRITTEN_DDL,
     WriteTarget,
     WrittenFile,
-    merge_files,
     write_sorted,
 )
 from shoal.storage.layout import HOUR_US
@@ -78,11 +81,20 @@ def write_hourly(
 
 
 def merge_groups(
-    spark: SparkSession, target: WriteTarget, groups: list[list[str]]
+    spark: SparkSession, target: WriteTarget, groups: list[HourGroup]
 ) -> list[WrittenFile]:
-    """One Spark task per group of files: read, sort together, write hourly files."""
-    rdd = spark.sparkContext.parallelize(groups, max(1, len(groups)))
-    rows = rdd.flatMap(functools.partial(merge_files, target)).collect()
+    """Merge each group's files into sorted hourly files, in Spark tasks.
+
+    Groups are dealt into one batch per slot (``defaultParallelism``), balanced
+    by input bytes; a task merges its batch's groups one after the other.
+    """
+    sc = spark.sparkContext
+    batches = [
+        [[os.path.abspath(f.path) for f in groups[i].files] for i in batch]
+        for batch in task_batches([g.bytes for g in groups], sc.defaultParallelism)
+    ]
+    rdd = sc.parallelize(batches, max(1, len(batches)))
+    rows = rdd.flatMap(functools.partial(merge_runs, target)).collect()
     return [WrittenFile.from_row(r) for r in rows]
 
 
@@ -114,9 +126,7 @@ def compact_table(
             len(inputs),
             sum(f.rows for f in inputs),
         )
-        written = merge_groups(
-            spark, target, [[os.path.abspath(f.path) for f in g.files] for g in groups]
-        )
+        written = merge_groups(spark, target, groups)
         rows_in, rows_out = sum(f.rows for f in inputs), sum(w.rows for w in written)
         if rows_in != rows_out:
             discard([w.absolute(table.path) for w in written])

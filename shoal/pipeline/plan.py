@@ -92,6 +92,23 @@ def _chunks(files: list[ScanFile], cap: int) -> list[list[ScanFile]]:
     return chunks
 
 
+def task_batches(sizes: Sequence[int], slots: int) -> list[list[int]]:
+    """Indexes of ``sizes`` dealt into at most ``slots`` batches of about equal total size.
+
+    Largest first, each to the batch with the least so far; each batch lists its
+    indexes in ascending order. A Spark task per batch instead of per item
+    keeps every core busy without paying a task's start for every item.
+    """
+    count = max(1, min(slots, len(sizes)))
+    totals = [0] * count
+    batches: list[list[int]] = [[] for _ in range(count)]
+    for index in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        least = min(range(count), key=lambda b: (totals[b], b))
+        batches[least].append(index)
+        totals[least] += sizes[index]
+    return [sorted(b) for b in batches if b]
+
+
 def retention_cutoff_us(now_us: int, retention_days: int) -> int:
     """Start of the first hour kept: rows before it are in wholly expired hours."""
     return hour_index(now_us - retention_days * 86_400 * 1_000_000) * HOUR_US

@@ -5,8 +5,10 @@ sorted by hour and the table's sort columns. :func:`write_sorted` casts them to
 the table's exact Arrow schema (Spark reports every column nullable and names
 list items ``element``) and writes them with ``shoal.storage.layout``'s writer
 properties, one file per hour, rolling to a new file once a file reaches the
-target size. Each file is fsynced, its directory too, and its Delta statistics
-are read back from its footer; the task yields one row per file for the driver
+target size. :func:`write_hour` does the same for rows already in memory
+(compaction, imports), also when their strings are dictionaries. Each file is
+fsynced, its directory too; its Delta statistics and coverage are computed
+from the rows written, and the task yields one row per file for the driver
 to commit. Nothing here commits: a file no commit references is invisible and
 vacuum removes it.
 """
@@ -24,6 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shoal.otlp.schema import TableSpec
+from shoal.pipeline import encoded
+from shoal.pipeline.coverage import compute as rows_coverage
 from shoal.storage import coverage as cov
 from shoal.storage import layout
 from shoal.storage.durable import fsync_dir, fsync_file
@@ -83,16 +87,22 @@ class WrittenFile:
 class _HourFile:
     """One open output file; rows are buffered up to a full row group."""
 
-    def __init__(self, target: WriteTarget, hour: int) -> None:
+    def __init__(self, target: WriteTarget, hour: int, schema: pa.Schema | None = None) -> None:
         self.target = target
         self.hour = hour
         self.relpath = layout.hour_file_path(hour)
         self.abspath = Path(target.table_dir) / self.relpath
         self.abspath.parent.mkdir(parents=True, exist_ok=True)
-        schema = target.spec.schema
-        self.writer = pq.ParquetWriter(
-            self.abspath, schema, **layout.writer_options(schema, target.spec.sort_columns)
-        )
+        table_schema = target.spec.schema
+        self.schema = table_schema if schema is None else schema
+        options = layout.writer_options(table_schema, target.spec.sort_columns)
+        if self.schema.equals(table_schema):
+            self.writer = pq.ParquetWriter(self.abspath, table_schema, **options)
+        else:
+            # rows arrive with dictionary strings (encoded.dictionary_schema): written as
+            # they are, the file stores the table's own schema, as the flusher's files do
+            self.writer = pq.ParquetWriter(self.abspath, self.schema, store_schema=False, **options)
+            self.writer.add_key_value_metadata(encoded.stored_schema_metadata(table_schema))
         self.buffer: list[pa.RecordBatch] = []
         self.buffered = 0
         self.rows = 0
@@ -103,7 +113,7 @@ class _HourFile:
             for c in dict.fromkeys(
                 [target.spec.time_column, *target.spec.sort_columns, *target.spec.series_columns]
             )
-            if c in schema.names
+            if c in table_schema.names
         ]
         self._columns: list[pa.RecordBatch] = []
 
@@ -117,7 +127,7 @@ class _HourFile:
     def _write_buffer(self) -> None:
         if not self.buffer:
             return
-        data = pa.Table.from_batches(self.buffer, schema=self.target.spec.schema)
+        data = pa.Table.from_batches(self.buffer, schema=self.schema)
         self.writer.write_table(data, row_group_size=layout.ROW_GROUP_ROWS)
         self.rows += data.num_rows
         self.buffer, self.buffered = [], 0
@@ -128,7 +138,7 @@ class _HourFile:
     def _write_coverage(self, cols: pa.Table, bucket_s: int) -> None:
         spec = self.target.spec
         series = cols.column(spec.series_columns[0]) if spec.series_columns else None
-        file_cov = cov.compute(layout.time_as_us(cols.column(spec.time_column)), series, bucket_s)
+        file_cov = rows_coverage(layout.time_as_us(cols.column(spec.time_column)), series, bucket_s)
         cov_path = Path(self.target.table_dir) / layout.coverage_path(self.relpath)
         cov_path.parent.mkdir(parents=True, exist_ok=True)
         cov.write(cov_path, file_cov)
@@ -141,8 +151,9 @@ class _HourFile:
         fsync_dir(self.abspath.parent)
         schema = self.target.spec.schema
         kept = pa.Table.from_batches(
-            self._columns, schema=pa.schema([schema.field(c) for c in self._kept])
+            self._columns, schema=pa.schema([self.schema.field(c) for c in self._kept])
         )
+        kept = conform_table(kept, pa.schema([schema.field(c) for c in self._kept]))
         stats = layout.compute_stats(kept, self.target.spec)
         if stats.rows != self.rows:
             raise AssertionError(f"{self.relpath}: wrote {self.rows} rows, counted {stats.rows}")
@@ -201,18 +212,31 @@ def write_table(target: WriteTarget, table: pa.Table) -> list[dict[str, object]]
     written: list[dict[str, object]] = []
     data = conform_table(table, target.spec.schema)
     for hour, piece in layout.split_by_hour(data, target.spec):
-        current = _HourFile(target, hour)
-        for start in range(0, piece.num_rows, layout.ROW_GROUP_ROWS):
-            for batch in piece.slice(start, layout.ROW_GROUP_ROWS).to_batches():
-                current.add(batch)
-            if (
-                current.buffered == 0
-                and current.full()
-                and start + layout.ROW_GROUP_ROWS < piece.num_rows
-            ):
-                written.append(current.close())
-                current = _HourFile(target, hour)
-        written.append(current.close())
+        written.extend(write_hour(target, hour, piece))
+    return written
+
+
+def write_hour(
+    target: WriteTarget, hour: int, rows: pa.Table, schema: pa.Schema | None = None
+) -> list[dict[str, object]]:
+    """Write rows of one hour, already sorted, to as many files as the target size asks.
+
+    ``schema`` is the rows' schema when it is not the table's own (dictionary
+    strings, see :mod:`shoal.pipeline.encoded`).
+    """
+    written: list[dict[str, object]] = []
+    current = _HourFile(target, hour, schema)
+    for start in range(0, rows.num_rows, layout.ROW_GROUP_ROWS):
+        for batch in rows.slice(start, layout.ROW_GROUP_ROWS).to_batches():
+            current.add(batch)
+        if (
+            current.buffered == 0
+            and current.full()
+            and start + layout.ROW_GROUP_ROWS < rows.num_rows
+        ):
+            written.append(current.close())
+            current = _HourFile(target, hour, schema)
+    written.append(current.close())
     return written
 
 
@@ -221,12 +245,3 @@ def conform_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
     if table.schema.equals(schema):
         return table
     return table.select(schema.names).cast(schema)
-
-
-def merge_files(target: WriteTarget, paths: list[str]) -> list[dict[str, object]]:
-    """Task body of compaction: read files, sort their rows together, write hourly files."""
-    # ParquetFile.read without threads: a task already has its core (1.4-1.8x faster
-    # than read_table for many small files)
-    tables = [pq.ParquetFile(p).read(use_threads=False) for p in paths]
-    schema = target.spec.schema
-    return write_table(target, pa.concat_tables([conform_table(t, schema) for t in tables]))

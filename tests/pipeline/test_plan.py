@@ -11,6 +11,7 @@ from shoal.pipeline.plan import (
     expired_files,
     file_hour,
     retention_cutoff_us,
+    task_batches,
 )
 from shoal.storage.layout import HOUR_US
 from shoal.storage.types import ScanFile
@@ -71,3 +72,15 @@ def test_changed_hours_are_the_hours_of_new_files() -> None:
     assert changed_hours([a, b], [a]) == [base + 1, base + 2]
     assert changed_hours([a, b], None) == [base, base + 1, base + 2]
     assert changed_hours([a], [a]) == []
+
+
+@given(st.lists(st.integers(0, 10_000), max_size=60), st.integers(1, 12))
+def test_task_batches_deal_every_item_once_and_balance(sizes: list[int], slots: int) -> None:
+    batches = task_batches(sizes, slots)
+    assert sorted(i for b in batches for i in b) == list(range(len(sizes)))
+    assert len(batches) <= max(1, slots)
+    assert all(b == sorted(b) and b for b in batches)
+    if sizes:
+        totals = [sum(sizes[i] for i in b) for b in batches]
+        # greedy largest-first: no batch exceeds the mean by more than the largest item
+        assert max(totals) <= sum(sizes) / len(batches) + max(sizes)

@@ -1,0 +1,75 @@
+"""Compaction's task body: merge small files into well-sized files sorted by series and time.
+
+A task reads its files with Arrow, strings as dictionaries (see
+:mod:`shoal.pipeline.encoded`), sorts all rows together by (hour, the table's
+sort columns) and writes each hour with :func:`shoal.pipeline.writer.write_hour`,
+which also computes each new file's Delta statistics and coverage from the
+rows in memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shoal.pipeline import encoded
+from shoal.pipeline.writer import WriteTarget, write_hour
+from shoal.storage import layout
+
+_HOUR_KEY = "__shoal_hour"
+
+
+def read_file(path: str, schema: pa.Schema) -> pa.Table:
+    """A file's rows in the dictionary form of ``schema``."""
+    target = encoded.dictionary_schema(schema)
+    pf = pq.ParquetFile(path, read_dictionary=encoded.string_leaves(schema))
+    data = pf.read(columns=list(schema.names), use_threads=False).select(schema.names)
+    return data if data.schema.equals(target) else data.cast(target)
+
+
+def sort_order(table: pa.Table, keys: list[str], hours: np.ndarray | None) -> pa.Array | None:
+    """Row order by (hour, keys); None when the rows are in that order already."""
+    columns = {k: encoded.sort_key(table.column(k).combine_chunks()) for k in keys}
+    if hours is not None:
+        columns = {_HOUR_KEY: pa.array(hours, pa.int64()), **columns}
+    order = pc.sort_indices(pa.table(columns), sort_keys=[(k, "ascending") for k in columns])
+    ordered = order.to_numpy()
+    if bool(np.all(ordered[1:] > ordered[:-1])):
+        return None
+    return order
+
+
+def merge_files(target: WriteTarget, paths: list[str]) -> list[dict[str, object]]:
+    """Read ``paths``, sort their rows together and write them as hourly files."""
+    spec = target.spec
+    data = pa.concat_tables([read_file(p, spec.schema) for p in paths]).combine_chunks()
+    if data.num_rows == 0:
+        return []
+    data = encoded.decode_large_dictionaries(data, spec.schema)
+    schema = data.schema
+    hours = layout.time_as_us(data.column(spec.time_column)) // layout.HOUR_US
+    several = int(hours.min()) != int(hours.max())
+    keys = [c for c in spec.sort_columns if c in schema.names] or [spec.time_column]
+    order = sort_order(data, keys, hours if several else None)
+    if order is not None:
+        data = encoded.take_rows(data, order)
+        hours = hours[order.to_numpy()]
+    if not several:
+        return write_hour(target, int(hours[0]), data, schema)
+    cuts = [0, *(np.flatnonzero(np.diff(hours)) + 1).tolist(), data.num_rows]
+    written: list[dict[str, object]] = []
+    for lo, hi in itertools.pairwise(cuts):
+        written.extend(write_hour(target, int(hours[lo]), data.slice(lo, hi - lo), schema))
+    return written
+
+
+def merge_runs(target: WriteTarget, runs: list[list[str]]) -> list[dict[str, object]]:
+    """Task body for several runs of files, merged one after the other."""
+    written: list[dict[str, object]] = []
+    for paths in runs:
+        written.extend(merge_files(target, paths))
+    return written

@@ -1,0 +1,127 @@
+"""Compaction's task body without Spark: same rows, the flusher's layout, storage's coverage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadtest.pipeline_data import metrics_table
+from shoal.otlp.schema import METRICS, METRICS_SCHEMA
+from shoal.pipeline import coverage as rows_coverage
+from shoal.pipeline import encoded
+from shoal.pipeline.merge import merge_files, merge_runs
+from shoal.pipeline.writer import WriteTarget
+from shoal.storage import coverage as cov
+from shoal.storage import layout
+from tests.pipeline.conftest import HOUR_US, T0_US, rows_multiset
+
+
+def _small_files(root: Path, count: int, *, span_s: int = 3000, seed: int = 0) -> list[str]:
+    """Files written exactly as the flusher writes them (layout rules), one per batch."""
+    paths = []
+    for i in range(count):
+        data = metrics_table(
+            300, start_us=T0_US + i * 60_000_000, span_s=span_s, series=12, seed=seed + i
+        )
+        for hour, piece in layout.split_by_hour(data, METRICS):
+            path = root / layout.hour_file_path(hour)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            layout.write_parquet(piece, path, METRICS)
+            paths.append(str(path))
+    return paths
+
+
+def _read(paths: list[str]) -> pa.Table:
+    return pa.concat_tables([pq.read_table(p) for p in paths])
+
+
+@pytest.mark.parametrize("span_s", [3000, 3 * 3600])
+def test_merged_files_look_like_the_flushers(tmp_path: Path, span_s: int) -> None:
+    inputs = _small_files(tmp_path / "in", 5, span_s=span_s)
+    out = tmp_path / "out"
+    target = WriteTarget(str(out), METRICS, 128 * 1024 * 1024, 60)
+    written = merge_runs(target, [inputs])
+    paths = [str(out / str(w["path"])) for w in written]
+    assert rows_multiset(_read(paths)) == rows_multiset(_read(inputs))
+    assert sum(int(str(w["rows"])) for w in written) == _read(inputs).num_rows
+    reference = tmp_path / "reference.parquet"
+    for w, path in zip(written, paths, strict=True):
+        data = pq.read_table(path)
+        layout.write_parquet(data.cast(METRICS_SCHEMA), reference, METRICS)
+        mine, flusher = pq.ParquetFile(path), pq.ParquetFile(reference)
+        # the same stored schema, Parquet columns, encodings and footer as the flusher's
+        assert mine.schema_arrow.equals(METRICS_SCHEMA)
+        assert mine.metadata.metadata == flusher.metadata.metadata
+        assert mine.metadata.metadata == pq.ParquetFile(inputs[0]).metadata.metadata
+        assert mine.schema.equals(flusher.schema)
+        for g in range(mine.metadata.num_row_groups):
+            for c in range(mine.metadata.num_columns):
+                a, b = mine.metadata.row_group(g).column(c), flusher.metadata.row_group(g).column(c)
+                assert (a.compression, a.encodings) == (b.compression, b.encodings)
+                assert a.statistics == b.statistics
+                assert a.has_column_index and a.has_offset_index
+        assert mine.metadata.row_group(0).sorting_columns == (
+            flusher.metadata.row_group(0).sorting_columns
+        )
+        keys = ["metric_name", "series_id", "timestamp"]
+        order = pc.sort_indices(data.select(keys), sort_keys=[(k, "ascending") for k in keys])
+        assert order.to_pylist() == list(range(data.num_rows))
+        # Delta stats and coverage as storage computes them for the same rows
+        assert w["stats"] == layout.compute_stats(data, METRICS).to_json()
+        stored = cov.read(out / layout.coverage_path(str(w["path"])))
+        expected = cov.compute(
+            layout.time_as_us(data.column("timestamp")), data.column("series_id"), 60
+        )
+        assert stored == expected
+        assert {int(str(w["hour"]))} == {
+            t // HOUR_US for t in layout.time_as_us(data.column("timestamp")).tolist()
+        }
+
+
+def test_large_dictionaries_are_written_plain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(encoded, "DICTIONARY_BYTES_LIMIT", 16)
+    inputs = _small_files(tmp_path / "in", 3)
+    target = WriteTarget(str(tmp_path / "out"), METRICS, 128 * 1024 * 1024, 60)
+    written = merge_files(target, inputs)
+    paths = [str(tmp_path / "out" / str(w["path"])) for w in written]
+    assert rows_multiset(_read(paths)) == rows_multiset(_read(inputs))
+    assert pq.ParquetFile(paths[0]).schema_arrow.equals(METRICS_SCHEMA)
+
+
+@st.composite
+def series_columns(draw: st.DrawFn) -> tuple[np.ndarray, pa.Array]:
+    rows = draw(st.integers(0, 300))
+    times = draw(
+        st.lists(st.integers(0, 4 * 3600 * 10**6), min_size=rows, max_size=rows).map(sorted)
+    )
+    values = st.one_of(st.none(), st.integers(-3, 5))
+    raw = draw(st.lists(values, min_size=rows, max_size=rows))
+    kind = draw(st.sampled_from(["int", "string", "dictionary", "empty-string"]))
+    if kind == "int":
+        column = pa.array(raw, pa.int64())
+    else:
+        text = [
+            None if v is None else ("" if kind == "empty-string" and v < 0 else f"s{v}")
+            for v in raw
+        ]
+        column = pa.array(text, pa.string())
+        if kind == "dictionary":
+            column = column.dictionary_encode()
+    return T0_US + np.asarray(times, dtype=np.int64), column
+
+
+@settings(max_examples=150, deadline=None)
+@given(series_columns(), st.sampled_from([1, 60, 3600]))
+def test_coverage_equals_storages(columns: tuple[np.ndarray, pa.Array], bucket_s: int) -> None:
+    times, series = columns
+    assert rows_coverage.compute(times, series, bucket_s) == cov.compute(times, series, bucket_s)
+    assert rows_coverage.compute(times, None, bucket_s) == cov.compute(times, None, bucket_s)
