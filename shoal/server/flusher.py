@@ -1,7 +1,9 @@
 """The flusher: moves acknowledged rows from the snapshot into the Delta tables.
 
 One thread. A round starts when the snapshot holds ``flush_max_bytes`` or its
-oldest row is ``flush_max_age_s`` old (and on shutdown). It takes
+oldest row is ``flush_max_age_s`` old (and on shutdown); the thresholds are
+checked every 50 ms, since at full ingest rate a longer pause lets the snapshot
+grow well past ``flush_max_bytes`` before the round starts. It takes
 ``L = last_lsn`` and every table's batches up to ``L`` in one step, writes and
 commits each table with ``wal_lsn=L`` (no lock held), drops that table's
 flushed batches from the snapshot, and once every table succeeded truncates the
@@ -55,7 +57,7 @@ class Flusher:
         max_bytes: int,
         max_age_s: float,
         metrics: FlushMetrics,
-        poll_s: float = 0.25,
+        poll_s: float = 0.05,
     ) -> None:
         self._snapshot = snapshot
         self._store = store
@@ -141,6 +143,9 @@ class Flusher:
             self.rounds += 1
             if ok:
                 self._wal.truncate_before(lsn + 1)
+            # The round's sorted copies are freed now; hand the allocator's unused pages
+            # back so the next round's copies do not stack on top of them.
+            pa.default_memory_pool().release_unused()
             return ok
 
     def shutdown(self, timeout: float) -> bool:

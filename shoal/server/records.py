@@ -14,6 +14,7 @@ acknowledged, and the header alone says whether a record is still needed.
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import NamedTuple
 
@@ -24,6 +25,7 @@ from shoal.errors import WalError
 RTYPE_ROWS = 1
 _VERSION = 1
 _HEAD = struct.Struct("<BB")
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
 
 class RecordHeader(NamedTuple):
@@ -32,17 +34,34 @@ class RecordHeader(NamedTuple):
     body_offset: int
 
 
+@functools.lru_cache(maxsize=64)
+def _schema_message(schema: pa.Schema) -> bytes | None:
+    """The IPC schema message of ``schema``; None when it needs dictionary batches."""
+    if any(pa.types.is_dictionary(f.type) for f in schema):
+        return None
+    return bytes(schema.serialize().to_pybytes())
+
+
 def encode(tenant: str, table: str, data: pa.Table) -> bytes:
-    """Header + Arrow IPC stream of ``data``."""
+    """Header + Arrow IPC stream of ``data``.
+
+    The stream is assembled from the cached schema message, each batch's own
+    message and the end-of-stream marker, byte for byte what
+    ``pa.ipc.new_stream`` writes, without growing an output stream per request.
+    """
     t = tenant.encode("utf-8")
     n = table.encode("utf-8")
     if len(t) > 255 or len(n) > 255:
         raise ValueError("tenant and table names must be at most 255 bytes")
-    sink = pa.BufferOutputStream()
-    sink.write(bytes([_VERSION, len(t)]) + t + bytes([len(n)]) + n)
-    with pa.ipc.new_stream(sink, data.schema) as writer:
-        writer.write_table(data)
-    return bytes(sink.getvalue().to_pybytes())
+    head = bytes([_VERSION, len(t)]) + t + bytes([len(n)]) + n
+    schema = _schema_message(data.schema)
+    if schema is None:
+        sink = pa.BufferOutputStream()
+        sink.write(head)
+        with pa.ipc.new_stream(sink, data.schema) as writer:
+            writer.write_table(data)
+        return bytes(sink.getvalue().to_pybytes())
+    return b"".join([head, schema, *[b.serialize() for b in data.to_batches()], _END_OF_STREAM])
 
 
 def decode_header(payload: bytes | memoryview) -> RecordHeader:

@@ -50,6 +50,10 @@ logger = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_FATAL = 1
 
+INGEST_THREADS = 1
+"""Threads that decode requests. Decoding holds the GIL for most of its time, so a
+second thread adds no throughput, only GIL hand-offs between the two (docs/rationale.md)."""
+
 
 def is_loopback(bind: str) -> bool:
     if bind == "localhost":
@@ -98,7 +102,9 @@ class ServerRuntime:
             float(config.retry_after_s),
             on_overflow=lambda reason: self.metrics.queue_overflow_total.labels(reason).inc(),
         )
-        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shoal-ingest")
+        self.executor = ThreadPoolExecutor(
+            max_workers=INGEST_THREADS, thread_name_prefix="shoal-ingest"
+        )
         self.authenticator = Authenticator(
             TokenStore(self.data_dir),
             allow_anonymous=is_loopback(config.bind) or bool(config.insecure),

@@ -282,6 +282,75 @@ def stats_for_file(path: str | os.PathLike[str], spec: TableSpec) -> FileStats:
 # -- splitting rows into hourly files -------------------------------------------
 
 
+def _sort_key(column: pa.ChunkedArray | pa.Array) -> np.ndarray[Any, Any] | None:
+    """An integer array that orders like ``column`` in Arrow's sort (nulls last), or None.
+
+    Integer, boolean and timestamp columns without nulls are used as they are;
+    strings become the rank of each value in their sorted dictionary (bytewise,
+    as Arrow compares them), nulls ranking after every value. Anything else
+    (floats with their NaNs, nulls in numbers, nested types) returns None and
+    the caller lets Arrow sort.
+    """
+    typ = column.type
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        encoded = pc.dictionary_encode(column)
+        ranks = np.empty(len(encoded.dictionary) + 1, dtype=np.int64)
+        ranks[pc.sort_indices(encoded.dictionary).to_numpy()] = np.arange(len(encoded.dictionary))
+        ranks[-1] = len(encoded.dictionary)
+        indices = encoded.indices.fill_null(len(encoded.dictionary))
+        return np.asarray(ranks[indices.to_numpy(zero_copy_only=False)], dtype=np.int64)
+    if column.null_count:
+        return None
+    if pa.types.is_timestamp(typ):
+        column = column.view(pa.int64())
+    elif not (pa.types.is_integer(typ) or pa.types.is_boolean(typ)):
+        return None
+    return np.asarray(column.to_numpy(zero_copy_only=False))
+
+
+def sort_order(
+    table: pa.Table, keys: Sequence[str], hours: np.ndarray[Any, np.dtype[np.int64]]
+) -> np.ndarray[Any, np.dtype[np.intp]]:
+    """Row order by (hour, ``keys`` ascending, nulls last), stable: Arrow's ``sort_indices``.
+
+    Built with ``numpy.lexsort`` over integer keys (strings as dictionary
+    ranks), about 5x cheaper than Arrow's multi-column sort on the flusher's
+    string + integer keys; other key types are sorted by Arrow.
+    """
+    columns = []
+    for name in keys:
+        key = _sort_key(table.column(name))
+        if key is None:
+            sort_input = table.select(list(keys)).append_column("__hour", pa.array(hours))
+            order = pc.sort_indices(
+                sort_input,
+                sort_keys=[("__hour", "ascending"), *[(k, "ascending") for k in keys]],
+            )
+            return np.asarray(order.to_numpy(), dtype=np.intp)
+        columns.append(key)
+    # lexsort sorts by the last key first
+    return np.lexsort([*reversed(columns), hours]).astype(np.intp, copy=False)
+
+
+def reorder(table: pa.Table, order: np.ndarray[Any, np.dtype[np.intp]]) -> pa.Table:
+    """``table.take(order)``, column by column, leaving all-null columns as they are.
+
+    Any order of an all-null column is the column itself, and the decoders
+    leave many of them (histogram fields in gauge rows and the like): taking
+    them would allocate and fill their buffers for nothing. Chunked columns
+    are taken as they are; copying them into one chunk first costs more and
+    doubles the peak memory of a flush.
+    """
+    indices = pa.array(order)
+    columns = [
+        column if column.null_count == len(column) else column.take(indices)
+        for column in table.columns
+    ]
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
 def split_by_hour(table: pa.Table, spec: TableSpec) -> list[tuple[int, pa.Table]]:
     """Sort rows by (hour, sort columns) and cut them into one table per hour."""
     if table.num_rows == 0:
@@ -291,18 +360,10 @@ def split_by_hour(table: pa.Table, spec: TableSpec) -> list[tuple[int, pa.Table]
     keys = [c for c in spec.sort_columns if c in table.schema.names]
     if not keys:
         keys = [spec.time_column]
-    sort_input = table.select(keys).append_column("__hour", pa.array(hours, pa.int64()))
-    order = pc.sort_indices(
-        sort_input, sort_keys=[("__hour", "ascending"), *[(k, "ascending") for k in keys]]
-    )
-    order_np = order.to_numpy()
-    if not np.all(order_np[1:] > order_np[:-1]):
-        if table.column(0).num_chunks > 1:
-            # take() over many chunks (one per flushed request or merged file) is ~4x
-            # slower than a copy into one chunk followed by take()
-            table = table.combine_chunks()
-        table = table.take(order)
-        hours = hours[order_np]
+    order = sort_order(table, keys, hours)
+    if not np.all(order[1:] > order[:-1]):
+        table = reorder(table, order)
+        hours = hours[order]
     cuts = np.flatnonzero(np.diff(hours)) + 1
     bounds = [0, *cuts.tolist(), table.num_rows]
     return [(int(hours[lo]), table.slice(lo, hi - lo)) for lo, hi in itertools.pairwise(bounds)]

@@ -49,3 +49,23 @@ def test_truncated_body_is_reported() -> None:
     payload = records.encode("t", "metrics", pa.table({"x": [1, 2, 3]}))
     with pytest.raises(WalError):
         records.decode(payload[: len(payload) - 20])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    chunks=st.lists(
+        st.lists(st.one_of(st.none(), st.text(max_size=8)), max_size=20), min_size=1, max_size=4
+    )
+)
+def test_payload_is_the_ipc_stream_writer_output(chunks: list[list[str | None]]) -> None:
+    data = pa.Table.from_batches([pa.record_batch({"k": pa.array(c, pa.string())}) for c in chunks])
+    sink = pa.BufferOutputStream()
+    sink.write(b"\x01\x01t\x07metrics")
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        writer.write_table(data)
+    assert records.encode("t", "metrics", data) == sink.getvalue().to_pybytes()
+
+
+def test_dictionary_columns_round_trip() -> None:
+    data = pa.table({"d": pa.array(["a", "b", "a", None]).dictionary_encode()})
+    assert records.decode(records.encode("t", "x", data))[2].equals(data)
