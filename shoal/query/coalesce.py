@@ -26,6 +26,8 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from shoal.query.prune import TimeRange, time_range
+
 LSN_SPANS = (4096, 256, 16)
 """Run lengths in LSNs, largest first: a query sees at most ~15 batches per level plus
 the newest 16-LSN run as it is."""
@@ -57,12 +59,19 @@ class Level:
     scans at most one table per run length (a table per run cost more planning).
     """
 
-    __slots__ = ("batches", "derived", "runs")
+    __slots__ = ("_ranges", "batches", "derived", "runs")
 
     def __init__(self, runs: tuple[Run, ...]) -> None:
         self.runs = runs
         self.batches = [b for run in runs for b in run.batches]
         self.derived: object | None = None
+        self._ranges: dict[str, TimeRange | None] = {}
+
+    def time_range(self, column: str) -> TimeRange | None:
+        """The range of the time ``column`` over the level's rows (computed once)."""
+        if column not in self._ranges:
+            self._ranges[column] = time_range(self.batches, column)
+        return self._ranges[column]
 
     def same_runs(self, runs: Sequence[Run]) -> bool:
         return len(runs) == len(self.runs) and all(

@@ -1,27 +1,30 @@
-"""The time range each table scan of a planned query can read, for file pruning.
+"""The time range each table scan of a planned query can read, for file and batch pruning.
 
 A listing scan spreads its *files* over the session's partitions before it
 prunes them by statistics, so when a query's time range leaves one hourly
-file of a day, one partition reads it while the other idles (a 1-hour query
-took twice as long as it needed). Given the optimized logical plan, this
-module finds, for every scan of a table's committed files, the bounds its
-pushed-down filters put on the table's time column; the service then plans
-again over only the files inside those bounds, which DataFusion splits
-across partitions by byte range.
+file of a day, one partition reads it while the other idles. Given an
+optimized logical plan (the probe's, :mod:`shoal.query.probe`), this module
+finds, for every scan of a table, the bounds its pushed-down filters put on
+the table's time column and whether anything else filters it; the session
+then loads only the files and snapshot batches inside those bounds, and the
+remaining files are split across partitions by byte range.
 
 Only conjuncts of the form ``time <op> literal`` (either side, ``<``, ``<=``,
 ``>``, ``>=``, ``=``) and ``time BETWEEN literal AND literal`` narrow a
 range; anything else (OR, casts, functions, ``now()`` that was not folded)
 leaves it open. An open side keeps every file on that side, so pruning can
-only drop files the scan's own statistics pruning would skip anyway.
+only drop files and batches that hold no row the filter keeps.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from datafusion import Expr, LogicalPlan
 
 Bounds = tuple[int | None, int | None]
@@ -81,51 +84,80 @@ def _narrow(bounds: Bounds, op: str, us: int) -> Bounds:
     return lo, hi
 
 
+def _time_terms(expr: Expr, time_column: str) -> list[tuple[str, int]] | None:
+    """The ``(op, microseconds)`` bounds the conjunct ``expr`` puts on ``time_column``;
+    None when it is not a comparison of that column with timestamp literals."""
+    variant = expr.to_variant()
+    kind = type(variant).__name__
+    if kind == "BinaryExpr":
+        op = variant.op()
+        if op not in _FLIP:
+            return None
+        left, right = variant.left(), variant.right()
+        if _column_name(left) != time_column:
+            if _column_name(right) != time_column:
+                return None
+            left, right, op = right, left, _FLIP[op]
+        us = _timestamp_us(right, upper=op in ("<", "<="))
+        return None if us is None else [(op, us)]
+    if kind == "Between" and not variant.negated():
+        if _column_name(variant.expr()) != time_column:
+            return None
+        low = _timestamp_us(variant.low(), upper=False)
+        high = _timestamp_us(variant.high(), upper=True)
+        if low is None or high is None:
+            return None
+        return [(">=", low), ("<=", high)]
+    return None
+
+
+def scan_terms(filters: list[Expr], time_column: str) -> tuple[Bounds, bool]:
+    """The bounds the conjuncts ``filters`` put on ``time_column``, and whether every
+    conjunct is such a bound (nothing else filters the scan)."""
+    bounds: Bounds = (None, None)
+    time_only = True
+    for expr in filters:
+        terms = _time_terms(expr, time_column)
+        if terms is None:
+            time_only = False
+            continue
+        for op, us in terms:
+            bounds = _narrow(bounds, op, us)
+    return bounds, time_only
+
+
 def scan_bounds(filters: list[Expr], time_column: str) -> Bounds:
     """The bounds the conjuncts ``filters`` put on ``time_column``."""
-    bounds: Bounds = (None, None)
-    for expr in filters:
-        variant = expr.to_variant()
-        kind = type(variant).__name__
-        if kind == "BinaryExpr":
-            op = variant.op()
-            if op not in _FLIP:
-                continue
-            left, right = variant.left(), variant.right()
-            if _column_name(left) != time_column:
-                if _column_name(right) != time_column:
-                    continue
-                left, right, op = right, left, _FLIP[op]
-            us = _timestamp_us(right, upper=op in ("<", "<="))
-            if us is not None:
-                bounds = _narrow(bounds, op, us)
-        elif kind == "Between" and not variant.negated():
-            if _column_name(variant.expr()) != time_column:
-                continue
-            low = _timestamp_us(variant.low(), upper=False)
-            high = _timestamp_us(variant.high(), upper=True)
-            if low is not None:
-                bounds = _narrow(bounds, ">=", low)
-            if high is not None:
-                bounds = _narrow(bounds, "<=", high)
-    return bounds
+    return scan_terms(filters, time_column)[0]
 
 
-def table_bounds(plan: LogicalPlan, owners: Mapping[str, tuple[str, str]]) -> dict[str, Bounds]:
-    """Per table, the union of the bounds of all its scans in ``plan``.
+@dataclasses.dataclass(frozen=True)
+class TableRead:
+    """How a query reads one table, from the filters on all its scans."""
 
-    ``owners`` maps a scan's table name (the name a committed-file scan was
-    built under) to ``(table, time column)``. A table is left out when one of
-    its scans is unbounded on both sides (nothing to prune).
+    bounds: Bounds | None
+    """The span of time any scan of the table can read; None when one scan is unbounded."""
+    time_only: bool
+    """No scan of the table is filtered by anything but time bounds."""
+
+
+def table_reads(plan: LogicalPlan, owners: Mapping[str, tuple[str, str]]) -> dict[str, TableRead]:
+    """Per table that ``plan`` scans, the union of its scans' bounds (see :class:`TableRead`).
+
+    ``owners`` maps a scan's table name (the name a scan was built under) to
+    ``(table, time column)``; other scans are ignored.
     """
     found: dict[str, Bounds] = {}
     open_tables: set[str] = set()
+    mixed: set[str] = set()
     for scan in scans(plan):
         owner = owners.get(scan.table_name())
         if owner is None:
             continue
         table, time_column = owner
-        lo, hi = scan_bounds(scan.filters(), time_column)
+        (lo, hi), time_only = scan_terms(scan.filters(), time_column)
+        if not time_only:
+            mixed.add(table)
         if lo is None and hi is None:
             open_tables.add(table)
             continue
@@ -134,4 +166,67 @@ def table_bounds(plan: LogicalPlan, owners: Mapping[str, tuple[str, str]]) -> di
             lo = None if lo is None or old_lo is None else min(lo, old_lo)
             hi = None if hi is None or old_hi is None else max(hi, old_hi)
         found[table] = (lo, hi)
-    return {t: b for t, b in found.items() if t not in open_tables}
+    return {
+        table: TableRead(None if table in open_tables else found.get(table), table not in mixed)
+        for table in {*found, *open_tables}
+    }
+
+
+def table_bounds(plan: LogicalPlan, owners: Mapping[str, tuple[str, str]]) -> dict[str, Bounds]:
+    """Per table, the union of the bounds of all its scans in ``plan``; a table is left out
+    when one of its scans is unbounded on both sides (nothing to prune)."""
+    return {
+        table: read.bounds
+        for table, read in table_reads(plan, owners).items()
+        if read.bounds is not None
+    }
+
+
+def within(span: TimeRange, bounds: Bounds | None) -> bool:
+    """Whether all of ``span`` lies inside ``bounds`` (a time filter keeps every row)."""
+    if bounds is None:
+        return True
+    lo, hi = bounds
+    return (lo is None or span[0] >= lo) and (hi is None or span[1] <= hi)
+
+TimeRange = tuple[int, int]
+"""The smallest and largest time in some rows, in microseconds since the epoch (inclusive)."""
+
+
+def meets(span: TimeRange | None, bounds: Bounds | None) -> bool:
+    """Whether rows spanning ``span`` can meet ``bounds`` (None: unknown span, no bounds)."""
+    if span is None or bounds is None:
+        return True
+    if span[0] > span[1]:  # no rows with a time
+        return False
+    lo, hi = bounds
+    return (lo is None or span[1] >= lo) and (hi is None or span[0] <= hi)
+
+
+def time_range(batches: Iterable[pa.RecordBatch], column: str) -> TimeRange | None:
+    """The range of ``column`` (a timestamp of any unit) over ``batches``, rounded outwards
+    to microseconds; None when unknown (no such timestamp column).
+
+    Null times are left out (no time filter matches them); batches without a non-null time
+    give the empty range ``(1, 0)``, which meets no bounds.
+    """
+    lo: int | None = None
+    hi: int | None = None
+    for batch in batches:
+        index = batch.schema.get_field_index(column)
+        if index < 0:
+            return None
+        values = batch.column(index)
+        if not pa.types.is_timestamp(values.type):
+            return None
+        extremes = pc.min_max(values.cast(pa.int64()))
+        low, high = extremes["min"].as_py(), extremes["max"].as_py()
+        if low is None or high is None:
+            continue
+        ns = _UNIT_NS[values.type.unit]
+        low, high = low * ns // 1000, -(-high * ns // 1000)
+        lo = low if lo is None else min(lo, low)
+        hi = high if hi is None else max(hi, high)
+    if lo is None or hi is None:
+        return (1, 0)
+    return (lo, hi)

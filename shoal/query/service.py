@@ -7,8 +7,9 @@ A query runs in three steps:
    and computes its ETag. Cheap; a GET with a matching ``If-None-Match``
    stops here.
 2. :meth:`QueryService.execute` waits for one of ``query_max_concurrency``
-   slots, then plans the query in a worker thread (a fresh session with its
-   own memory pool, parse, logical and physical planning). Planning cannot be
+   slots, then plans the query in a worker thread (a pooled session of the
+   tenant with its own memory pool; a probe plan for the time range of each
+   table, then one logical and physical plan over what that range reaches). Planning cannot be
    interrupted, so its cost is bounded up front by the size and operator
    caps; if it still overruns the time limit the caller gets the time-limit
    error at once and the slot is freed only when the thread is done.
@@ -30,11 +31,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pyarrow as pa
-from datafusion import DataFrame, RecordBatchStream
+from datafusion import RecordBatchStream
 
 from shoal.config import Config
 from shoal.errors import QueryError, QueryLimitError
-from shoal.query import engine, limits, prune
+from shoal.query import engine, limits
 from shoal.query.coalesce import BatchCoalescer
 from shoal.query.limits import Limits
 from shoal.query.source import SnapshotSource
@@ -251,16 +252,14 @@ class QueryService:
     ) -> tuple[pa.Schema, RecordBatchStream, engine.TenantSession]:
         session = self.sessions.acquire(prepared.tenant)
         try:
-            ctx = session.load(
-                prepared.view, self.cache, self.coalescer, only=prepared.tables_read
-            )
+            only = prepared.tables_read
+            # how each table is read (time range, other filters), from a plan over stand-ins
+            # (see probe), so that the one real plan covers only the files and snapshot
+            # batches in that range and reads them the cheapest way
+            reads = session.reads(prepared.view, prepared.sql, only)
+            ctx = session.load(prepared.view, self.cache, self.coalescer, only=only,
+                               reads=reads)
             frame = ctx.sql_with_options(prepared.sql, engine.sql_options())
-            bounds = self._narrowing(prepared, session, frame)
-            if bounds:
-                # plan again over only the files the query's time range can reach
-                ctx = session.load(prepared.view, self.cache, self.coalescer,
-                                   only=prepared.tables_read, bounds=bounds)
-                frame = ctx.sql_with_options(prepared.sql, engine.sql_options())
             if type(frame.logical_plan().to_variant()).__name__ not in _ROOT_ONLY_PLANS:
                 # Let DataFusion stop (and sort with a top-k) once the row cap is exceeded.
                 frame = frame.limit(self.limits.max_rows + 1)
@@ -270,25 +269,6 @@ class QueryService:
             self.sessions.release(session)
             raise limits.translate(exc, self.limits) from exc
         return schema, stream, session
-
-    @staticmethod
-    def _narrowing(
-        prepared: Prepared, session: engine.TenantSession, frame: DataFrame
-    ) -> dict[str, prune.Bounds]:
-        """The time bounds of the tables whose file lists they shorten (see prune)."""
-        if not session.owners:
-            return {}
-        try:
-            plan = frame.optimized_logical_plan()
-        except Exception:  # a statement without a plan to optimize: nothing to prune
-            return {}
-        found = prune.table_bounds(plan, session.owners)
-        tables = prepared.view.tables
-        return {
-            name: b
-            for name, b in found.items()
-            if len(engine.files_within(tables[name].files, b)) < len(tables[name].files)
-        }
 
     async def execute(self, prepared: Prepared) -> QueryResult:
         """Plan ``prepared`` and start it; errors here come before any response byte."""

@@ -102,7 +102,7 @@ class TenantView:
 
         A query that lists tables (``information_schema``, ``SHOW``, ``DESCRIBE``) reads them all.
         """
-        words = {w.lower() for w in _words(sql)}
+        words = {w.lower() for w in sql_words(sql)}
         if words & _CATALOG_WORDS:
             return [t for _, t in sorted(self.tables.items())]
         return [t for name, t in sorted(self.tables.items()) if name.lower() in words]
@@ -126,7 +126,8 @@ class TenantView:
 _CATALOG_WORDS = frozenset({"information_schema", "show", "describe", "desc"})
 
 
-def _words(sql: str) -> Iterable[str]:
+def sql_words(sql: str) -> Iterable[str]:
+    """The identifier-like words of ``sql`` (letters, digits, underscores), quoted or not."""
     word: list[str] = []
     for ch in sql:
         if ch.isalnum() or ch == "_":
