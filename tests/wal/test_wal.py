@@ -172,22 +172,27 @@ def test_on_durable_sees_every_group_in_lsn_order_before_futures_resolve(tmp_pat
     assert not resolved_early
 
 
+def _append_concurrently(wal: Wal, appenders: int, each: int, size: int) -> None:
+    """``appenders`` threads, released together, each appending ``each`` records."""
+    barrier = threading.Barrier(appenders)
+
+    def worker() -> None:
+        barrier.wait()
+        for i in range(each):
+            wal.append(payload_for(i, size)).result(timeout=10)
+
+    threads = [threading.Thread(target=worker) for _ in range(appenders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_group_commit_shares_fsyncs_between_concurrent_appenders(tmp_path: Path) -> None:
     metrics = InMemoryWalMetrics()
     wal = Wal.open(tmp_path, metrics=metrics)
     try:
-        barrier = threading.Barrier(16)
-
-        def worker() -> None:
-            barrier.wait()
-            for i in range(40):
-                wal.append(payload_for(i, 2000)).result(timeout=10)
-
-        threads = [threading.Thread(target=worker) for _ in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _append_concurrently(wal, 16, 40, 2000)
     finally:
         wal.shutdown(10)
     assert metrics.records == 640
@@ -201,18 +206,7 @@ def test_fewer_appenders_than_the_last_group_are_not_left_waiting(tmp_path: Path
     metrics = InMemoryWalMetrics()
     wal = Wal.open(tmp_path, metrics=metrics)
     try:
-        barrier = threading.Barrier(16)
-
-        def worker() -> None:
-            barrier.wait()
-            for i in range(20):
-                wal.append(payload_for(i, 1000)).result(timeout=10)
-
-        threads = [threading.Thread(target=worker) for _ in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _append_concurrently(wal, 16, 20, 1000)
         alone = [wal.append(payload_for(i, 1000)).result(timeout=10) for i in range(50)]
         burst = [wal.append(payload_for(i, 1000)) for i in range(5)]
         later = [f.result(timeout=10) for f in burst]
