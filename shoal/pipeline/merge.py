@@ -24,11 +24,21 @@ _HOUR_KEY = "__shoal_hour"
 
 
 def read_file(path: str, schema: pa.Schema) -> pa.Table:
-    """A file's rows in the dictionary form of ``schema``."""
+    """A file's rows in the dictionary form of ``schema``, one chunk per row group.
+
+    Each row group has dictionaries of its own, and Arrow cannot return a nested
+    string leaf (a map key or value) read as a dictionary in several chunks
+    ("Nested data conversions not implemented for chunked array outputs"), so a
+    file is read row group by row group.
+    """
     target = encoded.dictionary_schema(schema)
+    names = list(schema.names)
     pf = pq.ParquetFile(path, read_dictionary=encoded.string_leaves(schema))
-    data = pf.read(columns=list(schema.names), use_threads=False).select(schema.names)
-    return data if data.schema.equals(target) else data.cast(target)
+    pieces = []
+    for group in range(pf.num_row_groups):
+        piece = pf.read_row_group(group, columns=names, use_threads=False).select(names)
+        pieces.append(piece if piece.schema.equals(target) else piece.cast(target))
+    return pa.concat_tables(pieces) if pieces else target.empty_table()
 
 
 def sort_order(table: pa.Table, keys: list[str], hours: np.ndarray | None) -> pa.Array | None:

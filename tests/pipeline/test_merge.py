@@ -125,3 +125,19 @@ def test_coverage_equals_storages(columns: tuple[np.ndarray, pa.Array], bucket_s
     times, series = columns
     assert rows_coverage.compute(times, series, bucket_s) == cov.compute(times, series, bucket_s)
     assert rows_coverage.compute(times, None, bucket_s) == cov.compute(times, None, bucket_s)
+
+
+def test_files_of_several_row_groups_merge(tmp_path: Path) -> None:
+    # A flush of more than one row group (128Ki rows) gives each row group its own
+    # dictionaries; the map columns' string leaves must still read as dictionaries.
+    data = metrics_table(300_000, start_us=T0_US, span_s=3000, series=400, seed=7)
+    ((hour, piece),) = layout.split_by_hour(data, METRICS)
+    big = tmp_path / "in" / layout.hour_file_path(hour)
+    big.parent.mkdir(parents=True)
+    layout.write_parquet(piece, big, METRICS)
+    assert pq.ParquetFile(big).num_row_groups > 1
+    inputs = [str(big), *_small_files(tmp_path / "in", 2, seed=3)]
+    out = tmp_path / "out"
+    written = merge_runs(WriteTarget(str(out), METRICS, 128 * 1024 * 1024, 60), [inputs])
+    paths = [str(out / str(w["path"])) for w in written]
+    assert rows_multiset(_read(paths)) == rows_multiset(_read(inputs))
