@@ -191,6 +191,8 @@ class WorkerSpec:
     retry_overload: bool = True
     rate: float = 0.0
     """Requests per second this worker sends on a fixed schedule (0: as fast as acked)."""
+    latency_log: str | None = None
+    """File for this worker's ``send time (Unix s), latency ms, status`` lines."""
 
 
 @dataclasses.dataclass
@@ -325,7 +327,10 @@ def run_worker(spec: WorkerSpec) -> WorkerResult:
         _HttpSender(spec) if spec.protocol == "http" else _GrpcSender(spec)
     )
     ack_log = open(spec.ack_log, "a", buffering=1) if spec.ack_log else None
+    series: list[tuple[float, float, str]] = []
     started = time.perf_counter()
+    # wall clock of ``started``, to put latencies on the server log's time axis
+    wall_offset = time.time() - started
     cpu_started = _cpu_now()
     deadline = started + spec.duration_s if spec.duration_s > 0 else float("inf")
     seq = 0
@@ -345,6 +350,8 @@ def run_worker(spec: WorkerSpec) -> WorkerResult:
                 scheduled = 0.0
                 status, retry_after = sender.send(body)
                 result.statuses[status] += 1
+                if spec.latency_log is not None:
+                    series.append((t0, time.perf_counter() - t0, status))
                 if status in ("200", "OK"):
                     result.latencies_ms.append((time.perf_counter() - t0) * 1000)
                     result.acked_requests += 1
@@ -360,9 +367,18 @@ def run_worker(spec: WorkerSpec) -> WorkerResult:
         sender.close()
         if ack_log is not None:
             ack_log.close()
+        if spec.latency_log is not None:
+            _write_series(spec.latency_log, series, wall_offset)
     result.elapsed_s = time.perf_counter() - started
     result.cpu_s = _cpu_now() - cpu_started
     return result
+
+
+def _write_series(path: str, series: list[tuple[float, float, str]], wall_offset: float) -> None:
+    with open(path, "w") as out:
+        out.write("sent_unix_s,latency_ms,status\n")
+        for t0, seconds, status in series:
+            out.write(f"{t0 + wall_offset:.6f},{seconds * 1000:.3f},{status}\n")
 
 
 def _worker_entry(spec: WorkerSpec, out: Any) -> None:
@@ -492,6 +508,9 @@ def specs_from_args(args: argparse.Namespace, url: str, grpc_target: str) -> lis
     ack_dir = Path(args.ack_log) if args.ack_log else None
     if ack_dir is not None:
         ack_dir.mkdir(parents=True, exist_ok=True)
+    latency_dir = Path(args.latency_log) if args.latency_log else None
+    if latency_dir is not None:
+        latency_dir.mkdir(parents=True, exist_ok=True)
     return [
         WorkerSpec(
             worker=w,
@@ -510,6 +529,7 @@ def specs_from_args(args: argparse.Namespace, url: str, grpc_target: str) -> lis
             unique=args.unique,
             ack_log=str(ack_dir / f"worker-{w}.acks") if ack_dir else None,
             rate=args.rate / args.points_per_request / args.workers if args.rate else 0.0,
+            latency_log=str(latency_dir / f"worker-{w}.csv") if latency_dir else None,
         )
         for w in range(args.workers)
     ]
@@ -536,6 +556,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gzip", action="store_true", help="gzip request bodies")
     p.add_argument("--unique", action="store_true", help="distinct timestamps in every request")
     p.add_argument("--ack-log", default=None, help="directory for per-worker acknowledged ids")
+    p.add_argument(
+        "--latency-log",
+        default=None,
+        help="directory for per-worker CSV time series: send time (Unix s), latency ms, status",
+    )
+    p.add_argument(
+        "--server-log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="log level of the started server (its log file is kept with --latency-log)",
+    )
     p.add_argument("--url", default=None, help="OTLP/HTTP base URL of a running server")
     p.add_argument("--grpc-target", default=None, help="host:port of a running server's gRPC")
     p.add_argument("--token", default=os.environ.get("SHOAL_TOKEN", ""))
@@ -546,9 +577,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 @contextlib.contextmanager
 def _own_server(args: argparse.Namespace) -> Iterator[ServerProcess]:
     with tempfile.TemporaryDirectory(prefix="shoal-bench-") as tmp:
+        log_path = Path(args.latency_log) / "server.log" if args.latency_log else None
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
         server = ServerProcess(
             Path(tmp) / "data",
-            env={"SHOAL_WAL_FSYNC": args.fsync, "SHOAL_LOG_LEVEL": "warning"},
+            env={"SHOAL_WAL_FSYNC": args.fsync, "SHOAL_LOG_LEVEL": args.server_log_level},
+            log_path=log_path,
         ).start()
         try:
             yield server

@@ -64,7 +64,8 @@ class ServerMetrics:
         )
         self.queue_overflow_total = Counter(
             "shoal_ingest_queue_overflow_total",
-            "Requests refused because the ingest queue was full, per bound hit.",
+            "Requests refused because the ingest queue was full, per bound hit (requests, bytes, "
+            "or snapshot: the flusher is behind).",
             ["reason"],
             registry=r,
         )

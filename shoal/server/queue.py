@@ -7,6 +7,11 @@ does not fit is refused at once with :class:`~shoal.errors.OverloadedError`
 any offered load. A single request larger than the byte budget is admitted
 only into an empty queue, so it cannot starve.
 
+The queue also refuses while the flusher's backlog (the snapshot's bytes, read
+through ``backlog``) is above ``max_backlog_bytes``: acknowledged rows wait in
+memory until a flush commits them, so a flusher that falls behind must slow
+ingest down rather than let the snapshot grow without bound.
+
 Depth and bytes are read on scrape; overflows are counted by reason.
 """
 
@@ -25,11 +30,15 @@ class IngestQueue:
         max_bytes: int,
         retry_after_s: float,
         on_overflow: Callable[[str], None] | None = None,
+        backlog: Callable[[], int] | None = None,
+        max_backlog_bytes: int = 0,
     ) -> None:
         self.max_requests = max_requests
         self.max_bytes = max_bytes
         self.retry_after_s = retry_after_s
         self._on_overflow = on_overflow
+        self._backlog = backlog
+        self.max_backlog_bytes = max_backlog_bytes
         self._lock = threading.Lock()
         self._requests = 0
         self._bytes = 0
@@ -47,8 +56,19 @@ class IngestQueue:
         """Refuse early (before a body is read or decoded) when no request slot is free."""
         if self._requests >= self.max_requests:
             self._overflow("requests")
+        if self._backlogged():
+            self._overflow("snapshot")
+
+    def _backlogged(self) -> bool:
+        return (
+            self._backlog is not None
+            and self.max_backlog_bytes > 0
+            and self._backlog() > self.max_backlog_bytes
+        )
 
     def acquire(self, nbytes: int) -> None:
+        if self._backlogged():
+            self._overflow("snapshot")
         with self._lock:
             if self._requests >= self.max_requests:
                 reason = "requests"

@@ -55,6 +55,11 @@ INGEST_THREADS = 1
 second thread adds no throughput, only GIL hand-offs between the two (docs/rationale.md)."""
 
 
+SNAPSHOT_LIMIT_FLUSHES = 3
+"""Ingest is refused (retryably) while the snapshot holds more than this many
+``flush_max_bytes``: the flusher has fallen behind, and memory must stay bounded."""
+
+
 def is_loopback(bind: str) -> bool:
     if bind == "localhost":
         return True
@@ -101,6 +106,8 @@ class ServerRuntime:
             config.queue_max_bytes,
             float(config.retry_after_s),
             on_overflow=lambda reason: self.metrics.queue_overflow_total.labels(reason).inc(),
+            backlog=lambda: self.snapshot.bytes,
+            max_backlog_bytes=SNAPSHOT_LIMIT_FLUSHES * config.flush_max_bytes,
         )
         self.executor = ThreadPoolExecutor(
             max_workers=INGEST_THREADS, thread_name_prefix="shoal-ingest"

@@ -46,3 +46,28 @@ def test_wait_empty() -> None:
     timer.start()
     assert q.wait_empty(5)
     timer.join()
+
+
+def test_refuses_while_the_flush_backlog_is_over_its_limit() -> None:
+    reasons: list[str] = []
+    backlog = [0]
+    q = IngestQueue(
+        max_requests=4,
+        max_bytes=100,
+        retry_after_s=2,
+        on_overflow=reasons.append,
+        backlog=lambda: backlog[0],
+        max_backlog_bytes=1000,
+    )
+    q.acquire(10)
+    backlog[0] = 1001
+    with pytest.raises(OverloadedError) as info:
+        q.check()
+    assert info.value.reason == "snapshot" and info.value.retry_after_s == 2
+    with pytest.raises(OverloadedError):
+        q.acquire(10)
+    assert (q.depth, q.bytes) == (1, 10)
+    backlog[0] = 1000
+    q.check()
+    q.acquire(10)
+    assert reasons == ["snapshot", "snapshot"]
