@@ -79,6 +79,23 @@ class Level:
         )
 
 
+class Loose:
+    """The batches of no complete run (the newest), as they are, with their time ranges
+    computed once while the table's snapshot is unchanged."""
+
+    __slots__ = ("_ranges", "batches")
+
+    def __init__(self, batches: list[pa.RecordBatch]) -> None:
+        self.batches = batches
+        self._ranges: dict[str, list[TimeRange | None]] = {}
+
+    def ranges(self, column: str) -> list[TimeRange | None]:
+        """The range of the time ``column`` of each batch."""
+        if column not in self._ranges:
+            self._ranges[column] = [time_range((b,), column) for b in self.batches]
+        return self._ranges[column]
+
+
 class BatchCoalescer:
     """Per (tenant, table): combined batches of complete LSN runs, reused across queries."""
 
@@ -87,6 +104,7 @@ class BatchCoalescer:
         self._lock = threading.Lock()
         self._cache: dict[_Key, Run] = {}
         self._levels: dict[tuple[str, str, int], Level] = {}
+        self._last: dict[tuple[str, str], tuple[_Stamp, list[Level], Loose]] = {}
         self.combined = 0
 
     def coalesce(
@@ -152,8 +170,18 @@ class BatchCoalescer:
         table: str,
         lsns: Sequence[int],
         batches: Sequence[pa.RecordBatch],
-    ) -> tuple[list[Level], list[pa.RecordBatch]]:
-        """:meth:`runs`, grouped by run length; a level is reused while its runs stay."""
+    ) -> tuple[list[Level], Loose]:
+        """:meth:`runs`, grouped by run length; a level is reused while its runs stay.
+
+        While the table's batches stay the same (the same LSNs with the same row
+        counts: an LSN names one immutable batch), the answer of the previous call
+        is returned as it is, so an idle table costs no regrouping.
+        """
+        stamp = tuple(zip(lsns, (b.num_rows for b in batches), strict=True))
+        with self._lock:
+            last = self._last.get((tenant, table))
+        if last is not None and last[0] == stamp:
+            return list(last[1]), last[2]
         runs, rest = self.runs(tenant, table, lsns, batches)
         by_span: dict[int, list[Run]] = {}
         for run in runs:
@@ -171,7 +199,20 @@ class BatchCoalescer:
                     level = Level(tuple(members))
                     self._levels[key] = level
                 out.append(level)
-        return out, rest
+            loose = Loose(rest)
+            self._last[(tenant, table)] = (stamp, out, loose)
+        return list(out), loose
+
+    def forget(self, tenant: str, table: str) -> None:
+        """Drop everything kept for a table whose snapshot is now empty (all flushed)."""
+        with self._lock:
+            if self._last.pop((tenant, table), None) is None and not any(
+                k[0] == tenant and k[1] == table for k in self._levels
+            ):
+                return
+            for span in self._spans:
+                self._levels.pop((tenant, table, span), None)
+        self._forget(tenant, table, set())
 
     def _forget(self, tenant: str, table: str, live: set[_Key]) -> None:
         """Drop runs of this table that the snapshot no longer holds (flushed)."""

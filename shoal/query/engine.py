@@ -36,10 +36,10 @@ from datafusion import DataFrame, RuntimeEnvBuilder, SessionConfig, SessionConte
 from datafusion.catalog import Table
 
 from shoal.errors import QueryError
-from shoal.query.coalesce import BatchCoalescer, Level
+from shoal.query.coalesce import BatchCoalescer, Level, Loose
 from shoal.query.links import LinkDirs, chunks
 from shoal.query.probe import TimeProbe
-from shoal.query.prune import Bounds, TableRead, meets, time_range, within
+from shoal.query.prune import Bounds, TableRead, meets, within
 from shoal.query.tables import TableInput, TenantView
 from shoal.storage.types import ScanFile
 
@@ -230,6 +230,8 @@ def register_tables(
         if parquet is not None:
             frames.append(ctx.read_table(parquet[0]))
             owners.update((scan, (name, table.time_column)) for scan in parquet[1])
+        if coalescer is not None and not table.batches and view.as_of is None:
+            coalescer.forget(view.tenant, name)  # all flushed: keep no copies of its rows
         frames.extend(_snapshot_frames(ctx, view.tenant, table, coalescer, limit))
         if not frames:
             frames.append(ctx.read_batches([pa.RecordBatch.from_pylist([], schema=table.schema)]))
@@ -256,10 +258,10 @@ def _snapshot_frames(
         return []
     column = table.time_column
     if coalescer is None or not table.lsns:
-        rest = list(table.batches)
+        loose = Loose(list(table.batches))
         levels: list[Level] = []
     else:
-        levels, rest = coalescer.levels(tenant, table.name, table.lsns, table.batches)
+        levels, loose = coalescer.levels(tenant, table.name, table.lsns, table.batches)
     frames: list[DataFrame] = []
     for level in levels:
         if bounds is not None and not meets(level.time_range(column), bounds):
@@ -269,8 +271,9 @@ def _snapshot_frames(
             derived = _RUN_BUILDER.read_batches(level.batches).into_view()
             level.derived = derived
         frames.append(ctx.read_table(derived))
+    rest = loose.batches
     if bounds is not None:
-        rest = [b for b in rest if meets(time_range((b,), column), bounds)]
+        rest = [b for b, r in zip(rest, loose.ranges(column), strict=True) if meets(r, bounds)]
     if rest:
         frames.append(ctx.read_batches(rest))
     return frames

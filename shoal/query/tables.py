@@ -141,6 +141,8 @@ def sql_words(sql: str) -> Iterable[str]:
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema, table: str) -> pa.RecordBatch:
     """``batch`` with exactly ``schema`` (zero-copy), or a clear error."""
+    if batch.schema.equals(schema, check_metadata=True):
+        return batch
     if batch.schema.equals(schema, check_metadata=False):
         if batch.schema.metadata == schema.metadata:
             return batch

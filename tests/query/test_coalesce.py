@@ -78,3 +78,24 @@ def test_runs_become_compact_batches_of_bounded_size() -> None:
         assert b.num_rows <= MAX_BATCH_ROWS
         # its own buffers: about its share of the data, not the whole table's
         assert b.get_total_buffer_size() < 2 * whole.nbytes * b.num_rows / whole.num_rows
+
+
+def test_levels_are_reused_while_the_batches_stay_and_forgotten_after_a_flush() -> None:
+    coalescer = BatchCoalescer()
+    lsns = list(range(1, 300))
+    batches = [_batch(x, 2) for x in lsns]
+    levels, loose = coalescer.levels("t", "m", lsns, batches)
+    again, loose_again = coalescer.levels("t", "m", lsns, batches)
+    assert loose_again is loose
+    assert all(a is b for a, b in zip(again, levels, strict=True))
+    rows = sum(b.num_rows for level in levels for b in level.batches)
+    assert rows + sum(b.num_rows for b in loose.batches) == 2 * len(lsns)
+
+    grown = [*lsns, 300]
+    _, loose_grown = coalescer.levels("t", "m", grown, [*batches, _batch(300, 2)])
+    assert loose_grown is not loose
+    assert sum(b.num_rows for b in loose_grown.batches) > sum(b.num_rows for b in loose.batches)
+
+    coalescer.forget("t", "m")
+    _, after = coalescer.levels("t", "m", lsns[:1], batches[:1])
+    assert after is not loose and after.batches == batches[:1]
