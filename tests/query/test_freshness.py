@@ -28,6 +28,9 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
         proc.kill()
 
 
+WARM_UP = 5
+
+
 def test_ack_to_visible_median_under_10ms(server: ServerProcess) -> None:
     provider = LoggerProvider(resource=Resource.create({"service.name": "fresh"}))
     provider.add_log_record_processor(
@@ -42,7 +45,8 @@ def test_ack_to_visible_median_under_10ms(server: ServerProcess) -> None:
     try:
         with httpx.Client(base_url=server.url, timeout=10) as client:
             client.post("/api/v1/sql", content="SELECT 1")  # connection and first session warm
-            for i in range(40):
+            # the first exports create the logs table and its first views: not counted
+            for i in range(WARM_UP + 40):
                 log.info("fresh %d", i)  # returns once the server acknowledged the export
                 acked = time.perf_counter()
                 r = client.post(
@@ -52,7 +56,8 @@ def test_ack_to_visible_median_under_10ms(server: ServerProcess) -> None:
                 visible = time.perf_counter()
                 assert r.status_code == 200, r.text
                 assert r.json()["rows"] == [[i + 1]], (i, r.text)
-                delays.append(visible - acked)
+                if i >= WARM_UP:
+                    delays.append(visible - acked)
     finally:
         log.removeHandler(handler)
         provider.shutdown()
