@@ -17,7 +17,6 @@ import io
 from collections.abc import Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shoal.storage import layout
@@ -54,33 +53,6 @@ def stored_schema_metadata(schema: pa.Schema) -> dict[bytes, bytes]:
     """The footer key-value pair through which pyarrow records ``schema`` in a file."""
     metadata = pq.ParquetFile(_empty_file(schema)).metadata.metadata or {}
     return {ARROW_SCHEMA_KEY: metadata[ARROW_SCHEMA_KEY]}
-
-
-def sort_key(column: pa.Array) -> pa.Array:
-    """A column that sorts like ``column``: a dictionary becomes its values' ranks."""
-    if not pa.types.is_dictionary(column.type):
-        return column
-    ranks = pc.rank(column.dictionary, sort_keys="ascending", tiebreaker="dense")
-    return pc.take(ranks, column.indices)
-
-
-def _same_in_every_row(column: pa.ChunkedArray) -> bool:
-    """True when every row holds null, or every row an empty list or map."""
-    if column.null_count == len(column):
-        return True
-    if column.null_count or not (pa.types.is_list(column.type) or pa.types.is_map(column.type)):
-        return False
-    for chunk in column.chunks:
-        offsets = chunk.offsets
-        if offsets[0].as_py() != offsets[len(offsets) - 1].as_py():
-            return False
-    return True
-
-
-def take_rows(table: pa.Table, order: pa.Array) -> pa.Table:
-    """``table.take(order)``; a column equal in every row (all null, all empty) is kept."""
-    columns = [col if _same_in_every_row(col) else col.take(order) for col in table.columns]
-    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 def _dictionaries(array: pa.Array) -> Iterator[pa.Array]:

@@ -13,14 +13,11 @@ import itertools
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shoal.pipeline import encoded
 from shoal.pipeline.writer import WriteTarget, write_hour
 from shoal.storage import layout
-
-_HOUR_KEY = "__shoal_hour"
 
 
 def read_file(path: str, schema: pa.Schema) -> pa.Table:
@@ -41,18 +38,6 @@ def read_file(path: str, schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(pieces) if pieces else target.empty_table()
 
 
-def sort_order(table: pa.Table, keys: list[str], hours: np.ndarray | None) -> pa.Array | None:
-    """Row order by (hour, keys); None when the rows are in that order already."""
-    columns = {k: encoded.sort_key(table.column(k).combine_chunks()) for k in keys}
-    if hours is not None:
-        columns = {_HOUR_KEY: pa.array(hours, pa.int64()), **columns}
-    order = pc.sort_indices(pa.table(columns), sort_keys=[(k, "ascending") for k in columns])
-    ordered = order.to_numpy()
-    if bool(np.all(ordered[1:] > ordered[:-1])):
-        return None
-    return order
-
-
 def merge_files(target: WriteTarget, paths: list[str]) -> list[dict[str, object]]:
     """Read ``paths``, sort their rows together and write them as hourly files."""
     spec = target.spec
@@ -64,10 +49,10 @@ def merge_files(target: WriteTarget, paths: list[str]) -> list[dict[str, object]
     hours = layout.time_as_us(data.column(spec.time_column)) // layout.HOUR_US
     several = int(hours.min()) != int(hours.max())
     keys = [c for c in spec.sort_columns if c in schema.names] or [spec.time_column]
-    order = sort_order(data, keys, hours if several else None)
-    if order is not None:
-        data = encoded.take_rows(data, order)
-        hours = hours[order.to_numpy()]
+    order = layout.sort_order(data, keys, hours)
+    if not np.all(order[1:] > order[:-1]):
+        data = layout.reorder(data, order)
+        hours = hours[order]
     if not several:
         return write_hour(target, int(hours[0]), data, schema)
     cuts = [0, *(np.flatnonzero(np.diff(hours)) + 1).tolist(), data.num_rows]

@@ -27,7 +27,6 @@ import pyarrow.parquet as pq
 
 from shoal.otlp.schema import TableSpec
 from shoal.pipeline import encoded
-from shoal.pipeline.coverage import compute as rows_coverage
 from shoal.storage import coverage as cov
 from shoal.storage import layout
 from shoal.storage.durable import fsync_dir, fsync_file
@@ -138,7 +137,7 @@ class _HourFile:
     def _write_coverage(self, cols: pa.Table, bucket_s: int) -> None:
         spec = self.target.spec
         series = cols.column(spec.series_columns[0]) if spec.series_columns else None
-        file_cov = rows_coverage(layout.time_as_us(cols.column(spec.time_column)), series, bucket_s)
+        file_cov = cov.compute(layout.time_as_us(cols.column(spec.time_column)), series, bucket_s)
         cov_path = Path(self.target.table_dir) / layout.coverage_path(self.relpath)
         cov_path.parent.mkdir(parents=True, exist_ok=True)
         cov.write(cov_path, file_cov)

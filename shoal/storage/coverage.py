@@ -63,6 +63,9 @@ class Coverage:
         )
 
 
+_LOW = np.uint64(0xFFFFFFFF)
+
+
 def series_keys(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     """A series column as text keys (null becomes the empty string)."""
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
@@ -84,25 +87,54 @@ def to_buckets(time_us: np.ndarray[Any, np.dtype[np.int64]], bucket_s: int) -> n
     return buckets.astype(np.uint32)
 
 
+def _codes(series: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray[Any, Any], pa.Array]:
+    """Integer codes per row (-1 for null) and the values they index."""
+    arr = series.combine_chunks() if isinstance(series, pa.ChunkedArray) else series
+    if not pa.types.is_dictionary(arr.type):
+        arr = pc.dictionary_encode(arr)
+    codes = pc.fill_null(arr.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes, arr.dictionary
+
+
 def compute(
     time_us: np.ndarray[Any, np.dtype[np.int64]],
     series: pa.ChunkedArray | pa.Array | None,
     bucket_s: int,
 ) -> Coverage:
-    """Coverage of rows given their times (µs) and, optionally, their series column."""
+    """Coverage of rows given their times (µs) and, optionally, their series column.
+
+    Each series value is turned into text once, not once per row: rows become
+    (series code, bucket) integers, and since rows are mostly sorted by series
+    and time, only the first of each run of equal pairs goes on to ``unique``
+    (360k sorted metric rows: 10-20 ms, against ~100 ms grouping text keys).
+    """
     buckets = to_buckets(time_us, bucket_s)
     whole = FrozenBitMap(np.unique(buckets))
     per_series: dict[str, FrozenBitMap] = {}
-    if series is not None and len(buckets):
-        pairs = pa.table({"k": series_keys(series), "b": pa.array(buckets, pa.uint32())})
-        unique = pairs.group_by(["k", "b"], use_threads=False).aggregate([])
-        unique = unique.sort_by([("k", "ascending"), ("b", "ascending")])
-        keys = unique.column("k").to_numpy(zero_copy_only=False)
-        values = unique.column("b").to_numpy()
-        cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
-        bounds = [0, *cuts.tolist(), len(keys)]
-        for lo, hi in itertools.pairwise(bounds):
-            per_series[str(keys[lo])] = FrozenBitMap(values[lo:hi])
+    if series is None or not len(buckets):
+        return Coverage(bucket_s, whole, per_series)
+    codes, values = _codes(series)
+    pairs = ((codes + 1).astype(np.uint64) << np.uint64(32)) | buckets.astype(np.uint64)
+    first = np.ones(len(pairs), dtype=bool)
+    first[1:] = pairs[1:] != pairs[:-1]
+    unique = np.unique(pairs[first])
+    code_of = (unique >> np.uint64(32)).astype(np.int64) - 1
+    bucket_of = (unique & _LOW).astype(np.uint32)
+    cuts = np.flatnonzero(np.diff(code_of)) + 1
+    bounds = [0, *cuts.tolist(), len(unique)]
+    starts = np.asarray(bounds[:-1], dtype=np.int64)
+    group_codes = code_of[starts]
+    # text of each group's series value, as storage names series (null is "")
+    present = group_codes >= 0
+    texts = [""] * len(group_codes)
+    if present.any():
+        named = series_keys(values.take(pa.array(group_codes[present]))).to_pylist()
+        for i, text in zip(np.flatnonzero(present).tolist(), named, strict=True):
+            texts[i] = str(text)
+    for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        bitmap = FrozenBitMap(bucket_of[lo:hi])
+        known = per_series.get(texts[i])
+        per_series[texts[i]] = bitmap if known is None else known | bitmap
     return Coverage(bucket_s, whole, per_series)
 
 

@@ -286,19 +286,18 @@ def _sort_key(column: pa.ChunkedArray | pa.Array) -> np.ndarray[Any, Any] | None
     """An integer array that orders like ``column`` in Arrow's sort (nulls last), or None.
 
     Integer, boolean and timestamp columns without nulls are used as they are;
-    strings become the rank of each value in their sorted dictionary (bytewise,
-    as Arrow compares them), nulls ranking after every value. Anything else
-    (floats with their NaNs, nulls in numbers, nested types) returns None and
-    the caller lets Arrow sort.
+    strings and dictionaries become the dense rank of each value among their
+    distinct values (bytewise, as Arrow compares them), nulls ranking after
+    every value. Anything else (floats with their NaNs, nulls in numbers,
+    nested types) returns None and the caller lets Arrow sort.
     """
     typ = column.type
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
-        encoded = pc.dictionary_encode(column)
-        ranks = np.empty(len(encoded.dictionary) + 1, dtype=np.int64)
-        ranks[pc.sort_indices(encoded.dictionary).to_numpy()] = np.arange(len(encoded.dictionary))
-        ranks[-1] = len(encoded.dictionary)
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_dictionary(typ):
+        encoded = column if pa.types.is_dictionary(typ) else pc.dictionary_encode(column)
+        dense = pc.rank(encoded.dictionary, sort_keys="ascending", tiebreaker="dense")
+        ranks = np.append(dense.to_numpy().astype(np.int64) - 1, len(encoded.dictionary))
         indices = encoded.indices.fill_null(len(encoded.dictionary))
         return np.asarray(ranks[indices.to_numpy(zero_copy_only=False)], dtype=np.int64)
     if column.null_count:
@@ -334,18 +333,30 @@ def sort_order(
     return np.lexsort([*reversed(columns), hours]).astype(np.intp, copy=False)
 
 
-def reorder(table: pa.Table, order: np.ndarray[Any, np.dtype[np.intp]]) -> pa.Table:
-    """``table.take(order)``, column by column, leaving all-null columns as they are.
+def _same_in_every_row(column: pa.ChunkedArray) -> bool:
+    """True when every row holds null, or every row an empty list or map."""
+    if column.null_count == len(column):
+        return True
+    if column.null_count or not (pa.types.is_list(column.type) or pa.types.is_map(column.type)):
+        return False
+    return all(
+        chunk.offsets[0].as_py() == chunk.offsets[len(chunk.offsets) - 1].as_py()
+        for chunk in column.chunks
+    )
 
-    Any order of an all-null column is the column itself, and the decoders
-    leave many of them (histogram fields in gauge rows and the like): taking
-    them would allocate and fill their buffers for nothing. Chunked columns
-    are taken as they are; copying them into one chunk first costs more and
-    doubles the peak memory of a flush.
+
+def reorder(table: pa.Table, order: np.ndarray[Any, np.dtype[np.intp]]) -> pa.Table:
+    """``table.take(order)``, column by column, leaving columns equal in every row as they are.
+
+    Any order of an all-null (or all-empty) column is the column itself, and the
+    decoders leave many of them (histogram fields in gauge rows, exemplars and
+    the like): taking them would allocate and fill their buffers for nothing.
+    Chunked columns are taken as they are; copying them into one chunk first
+    costs more and doubles the peak memory of a flush.
     """
     indices = pa.array(order)
     columns = [
-        column if column.null_count == len(column) else column.take(indices)
+        column if _same_in_every_row(column) else column.take(indices)
         for column in table.columns
     ]
     return pa.Table.from_arrays(columns, schema=table.schema)

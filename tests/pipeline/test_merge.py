@@ -4,17 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from loadtest.pipeline_data import metrics_table
 from shoal.otlp.schema import METRICS, METRICS_SCHEMA
-from shoal.pipeline import coverage as rows_coverage
 from shoal.pipeline import encoded
 from shoal.pipeline.merge import merge_files, merge_runs
 from shoal.pipeline.writer import WriteTarget
@@ -95,36 +91,6 @@ def test_large_dictionaries_are_written_plain(
     paths = [str(tmp_path / "out" / str(w["path"])) for w in written]
     assert rows_multiset(_read(paths)) == rows_multiset(_read(inputs))
     assert pq.ParquetFile(paths[0]).schema_arrow.equals(METRICS_SCHEMA)
-
-
-@st.composite
-def series_columns(draw: st.DrawFn) -> tuple[np.ndarray, pa.Array]:
-    rows = draw(st.integers(0, 300))
-    times = draw(
-        st.lists(st.integers(0, 4 * 3600 * 10**6), min_size=rows, max_size=rows).map(sorted)
-    )
-    values = st.one_of(st.none(), st.integers(-3, 5))
-    raw = draw(st.lists(values, min_size=rows, max_size=rows))
-    kind = draw(st.sampled_from(["int", "string", "dictionary", "empty-string"]))
-    if kind == "int":
-        column = pa.array(raw, pa.int64())
-    else:
-        text = [
-            None if v is None else ("" if kind == "empty-string" and v < 0 else f"s{v}")
-            for v in raw
-        ]
-        column = pa.array(text, pa.string())
-        if kind == "dictionary":
-            column = column.dictionary_encode()
-    return T0_US + np.asarray(times, dtype=np.int64), column
-
-
-@settings(max_examples=150, deadline=None)
-@given(series_columns(), st.sampled_from([1, 60, 3600]))
-def test_coverage_equals_storages(columns: tuple[np.ndarray, pa.Array], bucket_s: int) -> None:
-    times, series = columns
-    assert rows_coverage.compute(times, series, bucket_s) == cov.compute(times, series, bucket_s)
-    assert rows_coverage.compute(times, None, bucket_s) == cov.compute(times, None, bucket_s)
 
 
 def test_files_of_several_row_groups_merge(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -167,3 +168,51 @@ def test_bucket_must_be_a_multiple(store: TableStore) -> None:
     table = store.open("t", "logs")
     with pytest.raises(StorageError, match="multiple"):
         table.coverage(BASE, BASE + dt.timedelta(hours=1), bucket_s=90)
+
+
+_T0_US = 1_772_323_200_000_000  # 2026-03-01T00:00Z
+
+
+def _grouped(times: np.ndarray, series: pa.Array | None, bucket_s: int) -> cov.Coverage:
+    """Reference: (text key, bucket) pairs grouped by Arrow, one bitmap per key."""
+    buckets = cov.to_buckets(times, bucket_s)
+    per_series: dict[str, FrozenBitMap] = {}
+    if series is not None and len(buckets):
+        pairs = pa.table({"k": cov.series_keys(series), "b": pa.array(buckets, pa.uint32())})
+        unique = pairs.group_by(["k", "b"], use_threads=False).aggregate([])
+        for key in set(unique.column("k").to_pylist()):
+            mask = pc.equal(unique.column("k"), key)
+            per_series[key] = FrozenBitMap(unique.filter(mask).column("b").to_pylist())
+    return cov.Coverage(bucket_s, FrozenBitMap(np.unique(buckets)), per_series)
+
+
+@st.composite
+def series_columns(draw: st.DrawFn) -> tuple[np.ndarray, pa.Array]:
+    rows = draw(st.integers(0, 300))
+    times = draw(
+        st.lists(st.integers(0, 4 * 3600 * 10**6), min_size=rows, max_size=rows).map(sorted)
+    )
+    values = st.one_of(st.none(), st.integers(-3, 5))
+    raw = draw(st.lists(values, min_size=rows, max_size=rows))
+    kind = draw(st.sampled_from(["int", "string", "dictionary", "empty-string"]))
+    if kind == "int":
+        column = pa.array(raw, pa.int64())
+    else:
+        text = [
+            None if v is None else ("" if kind == "empty-string" and v < 0 else f"s{v}")
+            for v in raw
+        ]
+        column = pa.array(text, pa.string())
+        if kind == "dictionary":
+            column = column.dictionary_encode()
+    return _T0_US + np.asarray(times, dtype=np.int64), column
+
+
+@settings(max_examples=150, deadline=None)
+@given(series_columns(), st.sampled_from([1, 60, 3600]))
+def test_compute_equals_grouping_text_keys(
+    columns: tuple[np.ndarray, pa.Array], bucket_s: int
+) -> None:
+    times, series = columns
+    assert cov.compute(times, series, bucket_s) == _grouped(times, series, bucket_s)
+    assert cov.compute(times, None, bucket_s) == _grouped(times, None, bucket_s)
