@@ -403,6 +403,7 @@ class Report:
     peak_rss: int
     generator_cpu_s: float = 0.0
     server_cpu_s: float | None = None
+    wal_fsyncs: WalFsyncs | None = None
 
     @property
     def points_per_s(self) -> float:
@@ -447,16 +448,73 @@ class Report:
                 f"{self.server_cpu_s / self.elapsed_s:.2f}" if self.server_cpu_s else "n/a",
             ),
         ]
+        if self.wal_fsyncs is not None:
+            rows.extend(self.wal_fsyncs.rows())
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def run_load(specs: list[WorkerSpec], rss_of: Any = None, cpu_of: Any = None) -> Report:
+SLOW_FSYNC_S = (0.025, 0.05, 0.1)
+"""Bounds (of the server's fsync histogram) for the slow-fsync counts in the report."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WalFsyncs:
+    """The server's WAL fsyncs during a run, from ``shoal_wal_fsync_seconds``.
+
+    A request's acknowledgement waits for the fsync of its group, so each
+    fsync slower than the latency target delays every request waiting on it:
+    these counts tell a slow disk from a slow server.
+    """
+
+    total: int
+    over: dict[float, int]
+
+    def rows(self) -> list[tuple[str, str]]:
+        rows = [("WAL fsyncs", str(self.total))]
+        rows.extend((f"WAL fsyncs > {b * 1000:g} ms", str(n)) for b, n in sorted(self.over.items()))
+        return rows
+
+    def minus(self, before: WalFsyncs) -> WalFsyncs:
+        return WalFsyncs(
+            self.total - before.total, {b: n - before.over.get(b, 0) for b, n in self.over.items()}
+        )
+
+
+def parse_wal_fsyncs(text: str) -> WalFsyncs | None:
+    """The fsync histogram's total and counts above each of :data:`SLOW_FSYNC_S`."""
+    buckets: dict[float, float] = {}
+    total: float | None = None
+    for line in text.splitlines():
+        if line.startswith("shoal_wal_fsync_seconds_count"):
+            total = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("shoal_wal_fsync_seconds_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets[float(le)] = float(line.rsplit(" ", 1)[1])
+    if total is None:
+        return None
+    over = {b: int(total - buckets[b]) for b in SLOW_FSYNC_S if b in buckets}
+    return WalFsyncs(int(total), over)
+
+
+def scrape_wal_fsyncs(base_url: str) -> WalFsyncs | None:
+    """Read the fsync counts from a server's ``/metrics`` (None if it has none)."""
+    try:
+        with urllib.request.urlopen(base_url + "/metrics", timeout=5) as resp:
+            return parse_wal_fsyncs(resp.read().decode())
+    except OSError:
+        return None
+
+
+def run_load(
+    specs: list[WorkerSpec], rss_of: Any = None, cpu_of: Any = None, fsyncs_of: Any = None
+) -> Report:
     """Run the workers as processes; ``rss_of()`` is sampled for the server's peak RSS.
 
     ``cpu_of()`` (the server's CPU seconds so far) is read when the first
     worker reports and once more at the end, so the server's CPU use is
-    reported in cores over the run.
+    reported in cores over the run; ``fsyncs_of()`` (the server's WAL fsync
+    counts) is read before the workers start and after they end.
     """
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
@@ -471,6 +529,7 @@ def run_load(specs: list[WorkerSpec], rss_of: Any = None, cpu_of: Any = None) ->
                 peak = max(peak, int(rss_of()))
             stop.wait(0.25)
 
+    fsyncs_start = fsyncs_of() if fsyncs_of is not None else None
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     for p in procs:
@@ -482,6 +541,12 @@ def run_load(specs: list[WorkerSpec], rss_of: Any = None, cpu_of: Any = None) ->
         p.join()
     stop.set()
     sampler.join()
+    fsyncs_end = fsyncs_of() if fsyncs_of is not None else None
+    fsyncs = (
+        fsyncs_end.minus(fsyncs_start)
+        if fsyncs_end is not None and fsyncs_start is not None
+        else None
+    )
     statuses: Counter[str] = Counter()
     latencies: list[float] = []
     for r in results:
@@ -501,6 +566,7 @@ def run_load(specs: list[WorkerSpec], rss_of: Any = None, cpu_of: Any = None) ->
         peak_rss=peak,
         generator_cpu_s=sum(r.cpu_s for r in results),
         server_cpu_s=cpu_end - cpu_start if cpu_of is not None else None,
+        wal_fsyncs=fsyncs,
     )
 
 
@@ -602,10 +668,14 @@ def main(args: argparse.Namespace) -> int:
             process = psutil.Process(args.server_pid)
             rss_of = lambda: process.memory_info().rss  # noqa: E731
             cpu_of = lambda: sum(process.cpu_times()[:2])  # noqa: E731
-        report = run_load(specs_from_args(args, url, target), rss_of, cpu_of)
+        report = run_load(
+            specs_from_args(args, url, target), rss_of, cpu_of, lambda: scrape_wal_fsyncs(url)
+        )
     else:
         with _own_server(args) as server:
             specs = specs_from_args(args, server.url, server.grpc_target)
-            report = run_load(specs, server.rss, server.cpu_seconds)
+            report = run_load(
+                specs, server.rss, server.cpu_seconds, lambda: scrape_wal_fsyncs(server.url)
+            )
     print(report.table())
     return 0

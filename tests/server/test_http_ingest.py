@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from loadtest import payloads
-from loadtest.ingest import BASE_NS, ServerProcess
+from loadtest.ingest import BASE_NS, ServerProcess, WalFsyncs, parse_wal_fsyncs, scrape_wal_fsyncs
 from tests.server.conftest import ServerFactory, delta_rows, metric_value, scrape
 
 PB = "application/x-protobuf"
@@ -148,6 +148,27 @@ def test_health_ready_and_metrics(server: ServerProcess) -> None:
     assert metric_value(text, "shoal_wal_segments") >= 1
     assert metric_value(text, "shoal_ready") == 1
     assert metric_value(text, "shoal_process_rss_bytes") > 10e6
+
+
+def test_load_report_counts_the_servers_slow_fsyncs(server: ServerProcess) -> None:
+    before = scrape_wal_fsyncs(server.url)
+    assert before is not None
+    for i in range(3):
+        assert post(server, "/v1/metrics", metrics_body(10, i), {"Content-Type": PB})[0] == 200
+    after = scrape_wal_fsyncs(server.url)
+    assert after is not None
+    run = after.minus(before)
+    assert run.total >= 3
+    assert set(run.over) == {0.025, 0.05, 0.1}
+    assert all(0 <= n <= run.total for n in run.over.values())
+    # the buckets a real histogram exposes: 7 fsyncs, 2 above 25 ms, 1 above 50 and 100 ms
+    text = "\n".join(
+        f'shoal_wal_fsync_seconds_bucket{{le="{le}"}} {n}'
+        for le, n in [("0.01", 4.0), ("0.025", 5.0), ("0.05", 6.0), ("0.1", 6.0), ("+Inf", 7.0)]
+    )
+    parsed = parse_wal_fsyncs(text + "\nshoal_wal_fsync_seconds_count 7.0\n")
+    assert parsed == WalFsyncs(7, {0.025: 2, 0.05: 1, 0.1: 1})
+    assert parse_wal_fsyncs("shoal_ready 1.0\n") is None
 
 
 def test_tokens_decide_the_tenant(start_server: ServerFactory, tmp_path: Path) -> None:
