@@ -2,13 +2,15 @@
 
 One day of metrics (``--hours`` hourly partitions of ``--files-per-hour``
 small files, ``--points`` points in all, each file written with the flusher's
-layout rules) is generated once into ``.bench/pipeline/`` and copied twice.
-On one copy shoal's compaction runs (``compact_table`` in a SparkSession that
-is already started; the session start is reported separately), on the other
-delta-rs's ``DeltaTable.optimize.compact()`` with the same target size. Then
-the aggregation queries run with DataFusion over the table's native file list
-(one ``read_parquet`` per file, unioned, as the query layer does), before and
-after compaction.
+layout rules) is generated once into ``.bench/pipeline/``. Each of
+``--rounds`` rounds copies it twice; on one copy shoal's compaction runs
+(``compact_table`` in a new SparkSession, whose start is reported
+separately), on the other delta-rs's ``DeltaTable.optimize.compact()`` with
+the same target size. The two alternate which goes first, and the result is
+the median of the rounds' ratios, so a busy moment on a shared machine does not
+decide it. The aggregation queries run with DataFusion over the table's native
+file list (one ``read_parquet`` per file, unioned, as the query layer does),
+before compaction and after the last round.
 
     python -m loadtest.bench_pipeline                       # 10M points, 24 x 60 files
     python -m loadtest.bench_pipeline --points 1000000      # a smaller scale
@@ -17,11 +19,13 @@ after compaction.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import statistics
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from deltalake import DeltaTable
 
@@ -31,6 +35,9 @@ from shoal.otlp.schema import METRICS_SCHEMA
 from shoal.storage import layout
 from shoal.storage.store import TableStore
 from shoal.storage.types import NewFile
+
+if TYPE_CHECKING:
+    from shoal.pipeline.compact import CompactResult
 
 T0_US = 1_795_132_800_000_000  # 2026-11-20T00:00Z
 HOUR_US = 3_600_000_000
@@ -124,6 +131,58 @@ def query_times(data_dir: Path, repeats: int) -> dict[str, float]:
     return times
 
 
+@dataclasses.dataclass(frozen=True)
+class Round:
+    shoal_s: float
+    session_s: float
+    delta_s: float
+    load: tuple[float, float]
+    shoal_first: bool
+
+    @property
+    def ratio(self) -> float:
+        return self.shoal_s / self.delta_s
+
+
+def fresh_copies(pristine: Path, work: Path) -> tuple[Path, Path]:
+    """Two identical copies of the pristine table, written back to disk before timing."""
+    if work.exists():
+        shutil.rmtree(work)
+    shoal_copy, delta_copy = work / "shoal", work / "deltars"
+    shutil.copytree(pristine, shoal_copy)
+    shutil.copytree(pristine, delta_copy)
+    os.sync()  # neither job pays for writing back the other's copy
+    return shoal_copy, delta_copy
+
+
+def compact_with_shoal(data_dir: Path, master: str) -> tuple[float, float, CompactResult]:
+    """Session start and job seconds of one compaction in a new SparkSession."""
+    from shoal.pipeline.compact import compact_table
+    from shoal.pipeline.session import create_session
+
+    cfg = config_mod.default().replace(
+        data_dir=str(data_dir), compact_target_file_bytes=TARGET_BYTES
+    )
+    started = time.perf_counter()
+    spark = create_session(cfg, master, app_name="shoal-bench")
+    spark.range(1).count()
+    session_s = time.perf_counter() - started
+    table = TableStore(data_dir).open("bench", "metrics")
+    try:
+        started = time.perf_counter()
+        result = compact_table(spark, table, cfg)
+        return session_s, time.perf_counter() - started, result
+    finally:
+        spark.stop()
+
+
+def compact_with_delta_rs(data_dir: Path) -> tuple[float, dict[str, Any]]:
+    dt = DeltaTable(str(table_dir(data_dir)))
+    started = time.perf_counter()
+    metrics = dt.optimize.compact(target_size=TARGET_BYTES)
+    return time.perf_counter() - started, metrics
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--points", type=int, default=10_000_000)
@@ -131,9 +190,15 @@ def main() -> None:
     parser.add_argument("--files-per-hour", type=int, default=60)
     parser.add_argument("--series", type=int, default=1000)
     parser.add_argument("--master", default="local[*]")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each query (median)")
+    parser.add_argument(
+        "--rounds", type=int, default=3,
+        help="compactions of each kind, alternating which goes first (median ratio)",
+    )  # fmt: skip
     parser.add_argument("--dir", type=Path, default=Path(".bench/pipeline"))
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
     print(
         f"generating {args.points:,} points, {args.hours} hours x {args.files_per_hour} files "
@@ -141,56 +206,59 @@ def main() -> None:
     )
     pristine = generate(args.dir, args.points, args.hours, args.files_per_hour, args.series)
     work = args.dir / "work"
-    if work.exists():
-        shutil.rmtree(work)
-    shoal_copy, delta_copy = work / "shoal", work / "deltars"
-    shutil.copytree(pristine, shoal_copy)
-    shutil.copytree(pristine, delta_copy)
+    shoal_copy, delta_copy = fresh_copies(pristine, work)
     files_before = len(DeltaTable(str(table_dir(shoal_copy))).file_uris())
     bytes_before = sum(p.stat().st_size for p in table_dir(shoal_copy).glob("hour=*/*.parquet"))
-
     q_before = query_times(shoal_copy, args.repeats)
 
-    from shoal.pipeline.compact import compact_table
-    from shoal.pipeline.session import create_session
-
-    cfg = config_mod.default().replace(
-        data_dir=str(shoal_copy), compact_target_file_bytes=TARGET_BYTES
-    )
-    started = time.perf_counter()
-    spark = create_session(cfg, args.master, app_name="shoal-bench")
-    spark.range(1).count()
-    spark_start = time.perf_counter() - started
-    table = TableStore(shoal_copy).open("bench", "metrics")
-    slots = spark.sparkContext.defaultParallelism
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    result = compact_table(spark, table, cfg)
-    shoal_s = time.perf_counter() - started
-    spark.stop()
-
-    dt = DeltaTable(str(table_dir(delta_copy)))
-    started = time.perf_counter()
-    metrics = dt.optimize.compact(target_size=TARGET_BYTES)
-    delta_s = time.perf_counter() - started
-    load_after = os.getloadavg()[0]
+    rounds: list[Round] = []
+    for number in range(args.rounds):
+        if number:
+            shoal_copy, delta_copy = fresh_copies(pristine, work)
+        shoal_first = number % 2 == 0
+        load_before = os.getloadavg()[0]
+        if not shoal_first:
+            delta_s, metrics = compact_with_delta_rs(delta_copy)
+        session_s, shoal_s, result = compact_with_shoal(shoal_copy, args.master)
+        if shoal_first:
+            delta_s, metrics = compact_with_delta_rs(delta_copy)
+        rounds.append(
+            Round(shoal_s, session_s, delta_s, (load_before, os.getloadavg()[0]), shoal_first)
+        )
+        r = rounds[-1]
+        print(
+            f"  round {number + 1}/{args.rounds} ({'shoal' if shoal_first else 'delta-rs'} first):"
+            f" shoal job {shoal_s:.1f} s (session start {session_s:.1f} s), delta-rs"
+            f" {delta_s:.1f} s, ratio {r.ratio:.2f}",
+            flush=True,
+        )
 
     q_after = query_times(shoal_copy, args.repeats)
     q_delta = query_times(delta_copy, args.repeats)
-    files_after = len(table.snapshot().files)
+    files_after = len(TableStore(shoal_copy).open("bench", "metrics").snapshot().files)
     delta_files = len(DeltaTable(str(table_dir(delta_copy))).file_uris())
 
     print()
     print(
         f"input: {args.points:,} points, {files_before} files, {bytes_before / 1e6:.1f} MB; "
-        f"master {args.master} ({slots} task slots); 1-minute load average "
-        f"{load_before:.2f} before compaction, {load_after:.2f} after"
+        f"master {args.master}; {args.rounds} rounds, each on fresh copies, shoal in a new "
+        "SparkSession each time"
     )
-    print(f"{'compaction':<34}{'seconds':>10}{'files after':>14}")
-    print(f"{'shoal (Spark), job':<34}{shoal_s:>10.1f}{files_after:>14}")
-    print(f"{'shoal (Spark), session start':<34}{spark_start:>10.1f}{'':>14}")
-    print(f"{'delta-rs optimize.compact()':<34}{delta_s:>10.1f}{delta_files:>14}")
-    print(f"{'ratio shoal job / delta-rs':<34}{shoal_s / delta_s:>10.2f}")
+    print(
+        f"{'round':<7}{'first':>10}{'shoal job s':>13}{'session s':>11}{'delta-rs s':>12}"
+        f"{'ratio':>8}{'load':>14}"
+    )
+    for number, r in enumerate(rounds, 1):
+        first = "shoal" if r.shoal_first else "delta-rs"
+        load = f"{r.load[0]:.2f}->{r.load[1]:.2f}"
+        print(
+            f"{number:<7}{first:>10}{r.shoal_s:>13.1f}{r.session_s:>11.1f}{r.delta_s:>12.1f}"
+            f"{r.ratio:>8.2f}{load:>14}"
+        )
+    print(
+        f"median ratio shoal job / delta-rs: {statistics.median(r.ratio for r in rounds):.2f}"
+        f" (target <= 1.5); files after: shoal {files_after}, delta-rs {delta_files}"
+    )
     print(
         f"  (shoal: {result.hours} hours, {result.rows:,} rows; delta-rs: "
         f"{metrics.get('numFilesRemoved')} files removed)"

@@ -19,7 +19,9 @@ the median of ``--repeat`` runs after one warm-up run of every engine (warm
 OS and metadata caches on all sides); the engines take turns run by run, so
 a change in the load of a shared machine hits all three alike. ``cpu`` is the
 process CPU time per query (all three run in this process), a steadier
-measure of the work done than wall time on a busy machine.
+measure of the work done than wall time on a busy machine. A fourth column
+times plain DataFusion (default settings, the same partitions) on the same
+files as DuckDB and chDB, to show how much of shoal's ratio is the engine's.
 """
 
 from __future__ import annotations
@@ -249,6 +251,19 @@ def run(args: argparse.Namespace) -> int:
     # chDB reads by glob, which is right here: the bench table has no removed files.
     chdb_src = f"file('{glob}', Parquet)"
 
+    # The engine alone: DataFusion on the same files as DuckDB and chDB, without the
+    # snapshot, tenancy or shoal's planning, so each run shows how much of shoal's ratio
+    # is the engine's own.
+    from datafusion import SessionConfig, SessionContext
+
+    plain = SessionContext(SessionConfig().with_target_partitions(threads))
+    plain.register_listing_table(
+        "metrics",
+        str(data_dir / "tenants" / TENANT / "metrics"),
+        file_extension=".parquet",
+        schema=METRICS_SCHEMA,
+    )
+
     loop = asyncio.new_event_loop()
 
     def shoal_q(sql: str) -> Callable[[], int]:
@@ -261,13 +276,17 @@ def run(args: argparse.Namespace) -> int:
     def duck_q(sql: str) -> Callable[[], int]:
         return lambda: int(duck.sql(sql).to_arrow_table().num_rows)
 
+    def plain_q(sql: str) -> Callable[[], int]:
+        return lambda: int(plain.sql(sql).to_arrow_table().num_rows)
+
     def chdb_q(sql: str) -> Callable[[], int]:
         settings = f" SETTINGS max_threads = {threads}"
         return lambda: int(chdb.query(sql + settings, "ArrowTable").num_rows)
 
     header = (
         f"{'query':<22} {'shoal ms':>9} {'duckdb ms':>10} {'chdb ms':>9} "
-        f"{'vs best':>8} {'cpu ms shoal/duck/ch':>22} {'rows shoal/duck/ch':>26}"
+        f"{'vs best':>8} {'cpu ms shoal/duck/ch':>22} {'rows shoal/duck/ch':>26} "
+        f"{'datafusion ms':>14} {'vs best':>8}"
     )
     print(
         f"\n{args.points:,} points in {len(files)} Parquet files + {args.snapshot_rows:,} "
@@ -276,22 +295,33 @@ def run(args: argparse.Namespace) -> int:
     print(header)
     print("-" * len(header))
     worst = 0.0
+    engine_worst = 0.0
     for q in queries():
-        (s_ms, s_cpu, s_rows), (d_ms, d_cpu, d_rows), (c_ms, c_cpu, c_rows) = _interleaved(
-            [
-                shoal_q(q.datafusion.format(t="metrics")),
-                duck_q(q.duckdb.format(t=duck_src)),
-                chdb_q(q.chdb.format(t=chdb_src)),
-            ],
-            args.repeat,
+        (s_ms, s_cpu, s_rows), (d_ms, d_cpu, d_rows), (c_ms, c_cpu, c_rows), (p_ms, _, _) = (
+            _interleaved(
+                [
+                    shoal_q(q.datafusion.format(t="metrics")),
+                    duck_q(q.duckdb.format(t=duck_src)),
+                    chdb_q(q.chdb.format(t=chdb_src)),
+                    plain_q(q.datafusion.format(t="metrics")),
+                ],
+                args.repeat,
+            )
         )
         ratio = s_ms / min(d_ms, c_ms)
+        engine = p_ms / min(d_ms, c_ms)
         worst = max(worst, ratio)
+        engine_worst = max(engine_worst, engine)
         print(
             f"{q.name:<22} {s_ms:9.1f} {d_ms:10.1f} {c_ms:9.1f} {ratio:7.2f}x "
-            f"{f'{s_cpu:.0f}/{d_cpu:.0f}/{c_cpu:.0f}':>22} {f'{s_rows}/{d_rows}/{c_rows}':>26}"
+            f"{f'{s_cpu:.0f}/{d_cpu:.0f}/{c_cpu:.0f}':>22} {f'{s_rows}/{d_rows}/{c_rows}':>26} "
+            f"{p_ms:14.1f} {engine:7.2f}x"
         )
     print(f"worst ratio to the faster of DuckDB and chDB: {worst:.2f}x (target <= 1.2x)")
+    print(
+        f"plain DataFusion (same files, no snapshot or tenancy), worst ratio: "
+        f"{engine_worst:.2f}x"
+    )
     loop.close()
     service.shutdown()
     return 0
