@@ -25,7 +25,7 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -235,12 +235,17 @@ class Authenticator:
         return self.authenticate(authorization).require(role)
 
 
-def require_role(role: str) -> Callable[[Request], Principal]:
-    """A FastAPI dependency: the request's principal, which must hold ``role``."""
+def require_role(role: str) -> Callable[[Request], Awaitable[Principal]]:
+    """A FastAPI dependency: the request's principal, which must hold ``role``.
+
+    A coroutine, so FastAPI runs it on the event loop: the check is a dict
+    lookup, one SHA-256 and one ``stat``, far cheaper than the hop to a worker
+    thread that FastAPI makes for a plain function.
+    """
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}")
 
-    def dependency(request: Request) -> Principal:
+    async def dependency(request: Request) -> Principal:
         authenticator: Authenticator = request.app.state.authenticator
         return authenticator.check(request.headers.get("authorization"), role)
 

@@ -39,6 +39,8 @@ router = APIRouter()
 PREFETCH_BYTES = 4 * 1024 * 1024
 """Read this much of a result before answering, so most errors and truncations show in
 the status and headers rather than in-band."""
+ONE_BODY_BYTES = 256 * 1024
+"""A complete result up to this many Arrow bytes is sent as one body, not streamed."""
 
 QueryPrincipal = Annotated[Principal, Depends(require_role("query"))]
 
@@ -170,6 +172,11 @@ async def _answer(request: Request, principal: Principal, sql: str, conditional:
         headers["X-Shoal-Truncated"] = result.truncation_message
     status = StreamStatus()
     body = ENCODERS[fmt](result.schema, _guarded(result, status), status)
+    if result.complete and result.buffered_bytes <= ONE_BODY_BYTES:
+        # Every row is in hand and few (the usual case for dashboards and aggregations):
+        # one body with a Content-Length, without the streaming machinery's extra tasks.
+        content = b"".join([chunk async for chunk in body])
+        return Response(content, media_type=FORMATS[fmt], headers=headers)
     return StreamingResponse(body, media_type=FORMATS[fmt], headers=headers)
 
 

