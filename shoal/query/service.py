@@ -136,7 +136,7 @@ class QueryResult:
 
     async def prefetch(self, max_bytes: int) -> None:
         """Read ahead up to ``max_bytes`` so errors and truncation show before any byte is sent."""
-        held = sum(b.nbytes for b in self._buffer)
+        held = self.buffered_bytes
         while held < max_bytes and not self._done:
             batch = await self._next()
             if batch is None:
