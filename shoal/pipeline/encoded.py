@@ -37,9 +37,10 @@ def _empty_file(schema: pa.Schema) -> pa.BufferReader:
     return pa.BufferReader(buf.getvalue())
 
 
-def string_leaves(schema: pa.Schema) -> list[str]:
+@functools.lru_cache(maxsize=16)
+def string_leaves(schema: pa.Schema) -> tuple[str, ...]:
     """Parquet paths of the schema's string leaves (the dictionary-encoded columns)."""
-    return list(layout.writer_options(schema)["use_dictionary"])
+    return tuple(layout.writer_options(schema)["use_dictionary"])
 
 
 @functools.lru_cache(maxsize=16)

@@ -13,7 +13,7 @@ import itertools
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+from pyarrow._parquet import ParquetReader
 
 from shoal.pipeline import encoded
 from shoal.pipeline.writer import WriteTarget, write_hour
@@ -26,33 +26,46 @@ def read_file(path: str, schema: pa.Schema) -> pa.Table:
     Each row group has dictionaries of its own, and Arrow cannot return a nested
     string leaf (a map key or value) read as a dictionary in several chunks
     ("Nested data conversions not implemented for chunked array outputs"), so a
-    file is read row group by row group.
+    file is read row group by row group. The reader is Arrow's own, under
+    ``pq.ParquetFile``: that wrapper also maps every nested column path in
+    Python, a millisecond per file of this wide schema that compaction, opening
+    thousands of small files, does not need.
     """
     target = encoded.dictionary_schema(schema)
-    names = list(schema.names)
-    pf = pq.ParquetFile(path, read_dictionary=encoded.string_leaves(schema))
-    pieces = []
-    for group in range(pf.num_row_groups):
-        piece = pf.read_row_group(group, columns=names, use_threads=False).select(names)
-        pieces.append(piece if piece.schema.equals(target) else piece.cast(target))
+    reader = ParquetReader()
+    reader.open(path, read_dictionary=encoded.string_leaves(schema), pre_buffer=False)
+    try:
+        pieces = []
+        for group in range(reader.num_row_groups):
+            piece = reader.read_row_group(group, None, use_threads=False)
+            if not piece.schema.equals(target):
+                piece = piece.select(target.names).cast(target)
+            pieces.append(piece)
+    finally:
+        reader.close()
     return pa.concat_tables(pieces) if pieces else target.empty_table()
 
 
 def merge_files(target: WriteTarget, paths: list[str]) -> list[dict[str, object]]:
     """Read ``paths``, sort their rows together and write them as hourly files."""
     spec = target.spec
-    data = pa.concat_tables([read_file(p, spec.schema) for p in paths]).combine_chunks()
+    # one chunk per input row group: the sort's take joins them (with one
+    # dictionary per column) while it moves the rows, so they are not copied twice
+    data = pa.concat_tables([read_file(p, spec.schema) for p in paths])
     if data.num_rows == 0:
         return []
-    data = encoded.decode_large_dictionaries(data, spec.schema)
-    schema = data.schema
     hours = layout.time_as_us(data.column(spec.time_column)) // layout.HOUR_US
     several = int(hours.min()) != int(hours.max())
-    keys = [c for c in spec.sort_columns if c in schema.names] or [spec.time_column]
+    keys = [c for c in spec.sort_columns if c in data.schema.names] or [spec.time_column]
     order = layout.sort_order(data, keys, hours)
     if not np.all(order[1:] > order[:-1]):
         data = layout.reorder(data, order)
         hours = hours[order]
+    # the columns the take left as they were (all null or all empty), or all of
+    # them when the rows were in order already
+    data = data.combine_chunks()
+    data = encoded.decode_large_dictionaries(data, spec.schema)
+    schema = data.schema
     if not several:
         return write_hour(target, int(hours[0]), data, schema)
     cuts = [0, *(np.flatnonzero(np.diff(hours)) + 1).tolist(), data.num_rows]

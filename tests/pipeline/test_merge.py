@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -12,6 +13,7 @@ import pytest
 from loadtest.pipeline_data import metrics_table
 from shoal.otlp.schema import METRICS, METRICS_SCHEMA
 from shoal.pipeline import encoded
+from shoal.pipeline import merge as merge_mod
 from shoal.pipeline.merge import merge_files, merge_runs
 from shoal.pipeline.writer import WriteTarget
 from shoal.storage import coverage as cov
@@ -107,3 +109,38 @@ def test_files_of_several_row_groups_merge(tmp_path: Path) -> None:
     written = merge_runs(WriteTarget(str(out), METRICS, 128 * 1024 * 1024, 60), [inputs])
     paths = [str(out / str(w["path"])) for w in written]
     assert rows_multiset(_read(paths)) == rows_multiset(_read(inputs))
+
+
+def test_the_merged_dictionary_decides_plain_strings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every file's dictionary of metric_unit is under the limit, the merged one over it:
+    # the writer must get plain strings for that column and dictionaries for the others.
+    paths = []
+    for i in range(4):
+        data = metrics_table(200, start_us=T0_US + i * 60_000_000, span_s=50, series=5, seed=i)
+        units = pa.array([f"unit-{i}-{'x' * 40}-{r % 3}" for r in range(data.num_rows)])
+        data = data.set_column(data.schema.get_field_index("metric_unit"), "metric_unit", units)
+        ((_, piece),) = layout.split_by_hour(data, METRICS)
+        path = tmp_path / "in" / f"{i}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        layout.write_parquet(piece, path, METRICS)
+        paths.append(str(path))
+    one_file = pq.read_table(paths[0], read_dictionary=["metric_unit"]).column("metric_unit")
+    per_file = max(chunk.dictionary.nbytes for chunk in one_file.chunks)
+    monkeypatch.setattr(encoded, "DICTIONARY_BYTES_LIMIT", 2 * per_file)
+    seen: list[pa.Schema] = []
+    real_write_hour = merge_mod.write_hour
+
+    def spy(target: WriteTarget, hour: int, rows: pa.Table, schema: pa.Schema) -> list[Any]:
+        seen.append(schema)
+        return real_write_hour(target, hour, rows, schema)
+
+    monkeypatch.setattr(merge_mod, "write_hour", spy)
+    out = tmp_path / "out"
+    written = merge_files(WriteTarget(str(out), METRICS, 128 * 1024 * 1024, 60), paths)
+    (schema,) = seen
+    assert schema.field("metric_unit").type == pa.string()
+    assert pa.types.is_dictionary(schema.field("metric_name").type)
+    merged = [str(out / str(w["path"])) for w in written]
+    assert rows_multiset(_read(merged)) == rows_multiset(_read(paths))
