@@ -4,13 +4,14 @@ One day of metrics (``--hours`` hourly partitions of ``--files-per-hour``
 small files, ``--points`` points in all, each file written with the flusher's
 layout rules) is generated once into ``.bench/pipeline/``. Each of
 ``--rounds`` rounds copies it twice; on one copy shoal's compaction runs
-(``compact_table`` in a new SparkSession, whose start is reported
-separately), on the other delta-rs's ``DeltaTable.optimize.compact()`` with
-the same target size. The two alternate which goes first, and the result is
-the median of the rounds' ratios, so a busy moment on a shared machine does not
-decide it. The aggregation queries run with DataFusion over the table's native
-file list (one ``read_parquet`` per file, unioned, as the query layer does),
-before compaction and after the last round.
+(``compact_table`` in a process of its own, as ``shoal compact`` runs, whose
+JVM and SparkSession start is reported separately), on the other delta-rs's
+``DeltaTable.optimize.compact()`` with the same target size. The two
+alternate which goes first, and the result is the median of the rounds'
+ratios, so a busy moment on a shared machine does not decide it. The
+aggregation queries run with DataFusion over the table's native file list
+(one ``read_parquet`` per file, unioned, as the query layer does), after the
+last round, on the compacted copies and on a copy of the uncompacted table.
 
     python -m loadtest.bench_pipeline                       # 10M points, 24 x 60 files
     python -m loadtest.bench_pipeline --points 1000000      # a smaller scale
@@ -20,9 +21,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -176,6 +180,31 @@ def compact_with_shoal(data_dir: Path, master: str) -> tuple[float, float, Compa
         spark.stop()
 
 
+@dataclasses.dataclass(frozen=True)
+class ShoalJob:
+    session_s: float
+    job_s: float
+    hours: int
+    rows: int
+
+
+def compact_in_new_process(data_dir: Path, master: str) -> ShoalJob:
+    """:func:`compact_with_shoal` in a process (and JVM) of its own, as ``shoal compact`` runs."""
+    done = subprocess.run(
+        [sys.executable, "-m", "loadtest.bench_pipeline", "--shoal-job", str(data_dir),
+         "--master", master],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"shoal compaction failed:\n{done.stderr[-4000:]}")
+    return ShoalJob(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def shoal_job_main(data_dir: Path, master: str) -> None:
+    session_s, job_s, result = compact_with_shoal(data_dir, master)
+    print(json.dumps(dataclasses.asdict(ShoalJob(session_s, job_s, result.hours, result.rows))))
+
+
 def compact_with_delta_rs(data_dir: Path) -> tuple[float, dict[str, Any]]:
     dt = DeltaTable(str(table_dir(data_dir)))
     started = time.perf_counter()
@@ -196,7 +225,11 @@ def main() -> None:
         help="compactions of each kind, alternating which goes first (median ratio)",
     )  # fmt: skip
     parser.add_argument("--dir", type=Path, default=Path(".bench/pipeline"))
+    parser.add_argument("--shoal-job", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.shoal_job is not None:
+        shoal_job_main(args.shoal_job, args.master)
+        return
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
 
@@ -209,7 +242,6 @@ def main() -> None:
     shoal_copy, delta_copy = fresh_copies(pristine, work)
     files_before = len(DeltaTable(str(table_dir(shoal_copy))).file_uris())
     bytes_before = sum(p.stat().st_size for p in table_dir(shoal_copy).glob("hour=*/*.parquet"))
-    q_before = query_times(shoal_copy, args.repeats)
 
     rounds: list[Round] = []
     for number in range(args.rounds):
@@ -219,7 +251,8 @@ def main() -> None:
         load_before = os.getloadavg()[0]
         if not shoal_first:
             delta_s, metrics = compact_with_delta_rs(delta_copy)
-        session_s, shoal_s, result = compact_with_shoal(shoal_copy, args.master)
+        job = compact_in_new_process(shoal_copy, args.master)
+        session_s, shoal_s = job.session_s, job.job_s
         if shoal_first:
             delta_s, metrics = compact_with_delta_rs(delta_copy)
         rounds.append(
@@ -235,6 +268,12 @@ def main() -> None:
 
     q_after = query_times(shoal_copy, args.repeats)
     q_delta = query_times(delta_copy, args.repeats)
+    # the uncompacted table's queries run last, on a copy of the pristine table: a
+    # minute of queries over its 1440 files in this process, run first, was
+    # followed by the slowest compaction of each run
+    before = work / "before"
+    shutil.copytree(pristine, before)
+    q_before = query_times(before, args.repeats)
     files_after = len(TableStore(shoal_copy).open("bench", "metrics").snapshot().files)
     delta_files = len(DeltaTable(str(table_dir(delta_copy))).file_uris())
 
@@ -242,7 +281,7 @@ def main() -> None:
     print(
         f"input: {args.points:,} points, {files_before} files, {bytes_before / 1e6:.1f} MB; "
         f"master {args.master}; {args.rounds} rounds, each on fresh copies, shoal in a new "
-        "SparkSession each time"
+        "process and SparkSession each time"
     )
     print(
         f"{'round':<7}{'first':>10}{'shoal job s':>13}{'session s':>11}{'delta-rs s':>12}"
@@ -260,7 +299,7 @@ def main() -> None:
         f" (target <= 1.5); files after: shoal {files_after}, delta-rs {delta_files}"
     )
     print(
-        f"  (shoal: {result.hours} hours, {result.rows:,} rows; delta-rs: "
+        f"  (shoal: {job.hours} hours, {job.rows:,} rows; delta-rs: "
         f"{metrics.get('numFilesRemoved')} files removed)"
     )
     print()
