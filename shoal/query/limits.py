@@ -137,15 +137,37 @@ def row_cap_message(limits: Limits) -> str:
     )
 
 
-_PREFIX = re.compile(r"^(DataFusion error: )+")
+_PREFIX = re.compile(r"^(DataFusion error: |Execution error: |External error: )+")
+_CAUSED_BY = re.compile(r"\s*\bcaused by\b\s*", re.IGNORECASE)
 _MEMORY_MARKERS = ("Resources exhausted", "cannot spill", "Memory Exhausted")
+MAX_MESSAGE_CHARS = 600
+"""Longest error message answered (DataFusion lists every valid field on a typo)."""
+
+
+def clean_message(raw: str) -> str:
+    """DataFusion's error text made for people: one line, no wrapper prefixes or quoting.
+
+    A chain (``Optimizer rule ... failed / caused by / Arrow error: ...``) keeps its
+    innermost cause, which names the actual problem; newlines become spaces; a message the
+    bindings returned as a quoted debug string is unquoted; very long text is cut.
+    """
+    text = raw.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1].replace('\\"', '"')
+    parts = [p for p in _CAUSED_BY.split(text) if p.strip()]
+    if parts:
+        text = parts[-1]
+    text = _PREFIX.sub("", " ".join(text.split()))
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[: MAX_MESSAGE_CHARS - 3].rstrip() + "..."
+    return text
 
 
 def translate(exc: BaseException, limits: Limits) -> QueryError:
     """A DataFusion (or Arrow) exception as a :class:`QueryError` carrying its message."""
     if isinstance(exc, QueryError):
         return exc
-    message = _PREFIX.sub("", str(exc)).strip() or type(exc).__name__
+    message = clean_message(str(exc)) or type(exc).__name__
     if any(marker in message for marker in _MEMORY_MARKERS):
         return memory_error(limits, message)
     return QueryError(message)

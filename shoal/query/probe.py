@@ -73,6 +73,8 @@ class TimeProbe:
         time bounds it puts on every read and whether it filters on anything else.
 
         A query the probe cannot plan gets nothing: the real planning reports its error.
+        A plan it cannot read gets nothing either: every file and batch is then kept, so
+        the probe can make a query faster but never change its answer or fail it.
         """
         if not _names_a_time_column(sql, (t for _, t in tables.values())):
             return {}
@@ -82,7 +84,12 @@ class TimeProbe:
         except Exception as exc:  # reported by the real planning, with the real tables
             logger.debug("probe plan failed: %s", exc)
             return {}
-        found = table_reads(plan, self._owners)
+        try:
+            found = table_reads(plan, self._owners)
+        except Exception:  # pruning is an optimisation: what it cannot read, it keeps whole
+            logger.warning("time bounds not read from a plan; every file is kept",
+                           exc_info=True)
+            return {}
         return {name: read for name, read in found.items() if name in tables}
 
 

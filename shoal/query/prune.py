@@ -35,21 +35,36 @@ _UNIT = re.compile(r"^Timestamp\((s|ms|µs|us|ns)\b")
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}
 
 
+def variant(node: Expr | LogicalPlan) -> Any | None:
+    """The typed variant of an expression or plan node; None for what the bindings cannot
+    convert (DataFusion 55 raises on scalar function calls such as map lookups, ``upper``
+    or ``strpos``). Callers treat None as opaque: it narrows nothing."""
+    try:
+        return node.to_variant()
+    except Exception:  # the bindings raise plain exceptions for unsupported variants
+        return None
+
+
+def _kind(value: Any | None) -> str:
+    return "" if value is None else type(value).__name__
+
+
 def scans(plan: LogicalPlan) -> Iterator[Any]:
-    """Every TableScan node of ``plan``."""
+    """Every TableScan node of ``plan`` (nodes the bindings cannot convert are passed
+    through to their inputs)."""
     stack = [plan]
     while stack:
         node = stack.pop()
-        variant = node.to_variant()
-        if type(variant).__name__ == "TableScan":
-            yield variant
+        found = variant(node)
+        if _kind(found) == "TableScan":
+            yield found
         stack.extend(node.inputs())
 
 
 def _timestamp_us(expr: Expr, *, upper: bool) -> int | None:
     """A timestamp literal in microseconds (rounded outwards), or None."""
-    literal = expr.to_variant()
-    if type(literal).__name__ != "Literal":
+    literal = variant(expr)
+    if _kind(literal) != "Literal":
         return None
     match = _UNIT.match(literal.data_type())
     if match is None:
@@ -65,8 +80,8 @@ def _timestamp_us(expr: Expr, *, upper: bool) -> int | None:
 
 
 def _column_name(expr: Expr) -> str | None:
-    column = expr.to_variant()
-    if type(column).__name__ != "Column":
+    column = variant(expr)
+    if _kind(column) != "Column":
         return None
     name = column.name()
     return name if isinstance(name, str) else None
@@ -87,24 +102,24 @@ def _narrow(bounds: Bounds, op: str, us: int) -> Bounds:
 def _time_terms(expr: Expr, time_column: str) -> list[tuple[str, int]] | None:
     """The ``(op, microseconds)`` bounds the conjunct ``expr`` puts on ``time_column``;
     None when it is not a comparison of that column with timestamp literals."""
-    variant = expr.to_variant()
-    kind = type(variant).__name__
+    node = variant(expr)
+    kind = _kind(node)
     if kind == "BinaryExpr":
-        op = variant.op()
+        op = node.op()
         if op not in _FLIP:
             return None
-        left, right = variant.left(), variant.right()
+        left, right = node.left(), node.right()
         if _column_name(left) != time_column:
             if _column_name(right) != time_column:
                 return None
             left, right, op = right, left, _FLIP[op]
         us = _timestamp_us(right, upper=op in ("<", "<="))
         return None if us is None else [(op, us)]
-    if kind == "Between" and not variant.negated():
-        if _column_name(variant.expr()) != time_column:
+    if kind == "Between" and not node.negated():
+        if _column_name(node.expr()) != time_column:
             return None
-        low = _timestamp_us(variant.low(), upper=False)
-        high = _timestamp_us(variant.high(), upper=True)
+        low = _timestamp_us(node.low(), upper=False)
+        high = _timestamp_us(node.high(), upper=True)
         if low is None or high is None:
             return None
         return [(">=", low), ("<=", high)]

@@ -233,7 +233,7 @@ class QueryService:
         """Check ``sql`` and collect the tenant's view. Blocking but cheap."""
         started = time.monotonic()
         text = limits.check_sql(sql, self.limits)
-        view = collect_view(self.catalog, self.snapshot, tenant, as_of)
+        view = collect_view(self.catalog, self.snapshot, tenant, as_of, text)
         return Prepared(tenant, text, view, view.etag(text, variant), started)
 
     async def aprepare(

@@ -102,10 +102,8 @@ class TenantView:
 
         A query that lists tables (``information_schema``, ``SHOW``, ``DESCRIBE``) reads them all.
         """
-        words = {w.lower() for w in sql_words(sql)}
-        if words & _CATALOG_WORDS:
-            return [t for _, t in sorted(self.tables.items())]
-        return [t for name, t in sorted(self.tables.items()) if name.lower() in words]
+        wanted = names_in(sql, self.tables)
+        return [t for name, t in sorted(self.tables.items()) if name in wanted]
 
     def etag(self, sql: str, variant: str) -> str:
         """A strong ETag for ``sql`` over this view, answered in ``variant`` (format etc.).
@@ -124,6 +122,15 @@ class TenantView:
 
 
 _CATALOG_WORDS = frozenset({"information_schema", "show", "describe", "desc"})
+
+
+def names_in(sql: str, names: Iterable[str]) -> set[str]:
+    """Those of ``names`` that ``sql`` can read: the ones occurring in it as words, or all
+    of them for a query that lists tables (``information_schema``, ``SHOW``, ``DESCRIBE``)."""
+    words = {w.lower() for w in sql_words(sql)}
+    if words & _CATALOG_WORDS:
+        return set(names)
+    return {name for name in names if name.lower() in words}
 
 
 def sql_words(sql: str) -> Iterable[str]:
@@ -161,16 +168,35 @@ def _spec_for(name: str) -> TableSpec | None:
     return SIGNAL_TABLES.get(name)
 
 
+def _snapshot_as_of(handle: TableHandle, as_of: AsOf, tenant: str, name: str) -> TableSnapshot:
+    """``handle``'s table as of ``as_of`` (delta-rs reads a time before the table's first
+    commit as its empty version 0), or an error naming the table."""
+    try:
+        return handle.snapshot_at(version=as_of.version, timestamp=as_of.timestamp)
+    except StorageError as exc:
+        failure = exc
+    latest = handle.snapshot()
+    if as_of.version is not None and as_of.version > latest.version:
+        raise QueryError(
+            f"time travel: table {name} has versions 0 to {latest.version}; "
+            f"as_of_version={as_of.version} does not exist yet"
+        ) from None
+    raise QueryError(f"time travel: {failure}") from None
+
+
 def collect_view(
     catalog: TableCatalog,
     snapshot: SnapshotSource | None,
     tenant: str,
     as_of: AsOf | None = None,
+    sql: str | None = None,
 ) -> TenantView:
     """The tenant's tables for one query (see the module docstring for the protocol).
 
-    With ``as_of`` the Parquet side is read as of that version or time and the
-    snapshot is left out.
+    With ``sql``, only the tables it can read (:func:`names_in`) are collected. With
+    ``as_of`` the Parquet side of each of those tables is read as of that version or time
+    and the snapshot is left out; a table created after that time reads as empty, and a
+    version the table has not reached yet is an error naming the table.
     """
     # 1. Batch references first, before any Delta snapshot is read.
     pending: dict[str, Sequence[LsnBatch]] = {}
@@ -178,6 +204,8 @@ def collect_view(
         pending = dict(snapshot.batches(tenant))
     stored = set(catalog.tables(tenant))
     names = set(BUILTIN_TABLES) | stored | set(pending)
+    if sql is not None:
+        names = names_in(sql, names)
     tables: dict[str, TableInput] = {}
     for name in sorted(names):
         handle: TableHandle | None = None
@@ -201,10 +229,7 @@ def collect_view(
             if as_of is None:
                 snap = handle.snapshot()
             else:
-                try:
-                    snap = handle.snapshot_at(version=as_of.version, timestamp=as_of.timestamp)
-                except StorageError as exc:
-                    raise QueryError(f"time travel: {exc}") from exc
+                snap = _snapshot_as_of(handle, as_of, tenant, name)
         # 2. Keep only the batches the table's committed LSN does not cover.
         kept = [
             b for b in pending.get(name, ()) if b.lsn > snap.committed_lsn and b.batch.num_rows
