@@ -35,7 +35,7 @@ _UNIT = re.compile(r"^Timestamp\((s|ms|µs|us|ns)\b")
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}
 
 
-def variant(node: Expr | LogicalPlan) -> Any | None:
+def variant(node: Expr | LogicalPlan) -> Any:
     """The typed variant of an expression or plan node; None for what the bindings cannot
     convert (DataFusion 55 raises on scalar function calls such as map lookups, ``upper``
     or ``strpos``). Callers treat None as opaque: it narrows nothing."""
@@ -45,7 +45,7 @@ def variant(node: Expr | LogicalPlan) -> Any | None:
         return None
 
 
-def _kind(value: Any | None) -> str:
+def _kind(value: Any) -> str:
     return "" if value is None else type(value).__name__
 
 
