@@ -30,6 +30,7 @@ serve: $(STAMP)
 ## slow ones (the Spark jobs included: local-mode PySpark on the machine's Java 17).
 test: $(STAMP)
 	$(BIN)/ruff check shoal tests loadtest
+	$(BIN)/ruff format --check shoal tests loadtest
 	$(BIN)/mypy
 	$(PYTEST) -m "not slow"
 
@@ -48,6 +49,7 @@ test-all: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check shoal tests loadtest
+	$(BIN)/ruff format --check shoal tests loadtest
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

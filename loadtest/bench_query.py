@@ -58,7 +58,8 @@ TENANT = "bench"
 
 def _empty_maps(n: int) -> pa.Array:
     return pa.MapArray.from_arrays(
-        pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()),
+        pa.array(np.zeros(n + 1, dtype=np.int32)),
+        pa.array([], pa.string()),
         pa.array([], pa.string()),
     )
 
@@ -197,9 +198,7 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _interleaved(
-    fns: list[Callable[[], int]], repeat: int
-) -> list[tuple[float, float, int]]:
+def _interleaved(fns: list[Callable[[], int]], repeat: int) -> list[tuple[float, float, int]]:
     """(median wall ms, median CPU ms, rows) of each of ``fns``, run in turns after a warm-up."""
     rows = [fn() for fn in fns]
     wall: list[list[float]] = [[] for _ in fns]
@@ -319,8 +318,7 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"worst ratio to the faster of DuckDB and chDB: {worst:.2f}x (target <= 1.2x)")
     print(
-        f"plain DataFusion (same files, no snapshot or tenancy), worst ratio: "
-        f"{engine_worst:.2f}x"
+        f"plain DataFusion (same files, no snapshot or tenancy), worst ratio: {engine_worst:.2f}x"
     )
     loop.close()
     service.shutdown()
@@ -328,14 +326,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench_query", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench_query",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--points", type=int, default=20_000_000)
     parser.add_argument("--snapshot-rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--cache-dir", default=".bench/query")
-    parser.add_argument("--quick", action="store_true",
-                        help="2M points and 100k snapshot rows (a fast smoke run)")
+    parser.add_argument(
+        "--quick", action="store_true", help="2M points and 100k snapshot rows (a fast smoke run)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.points, args.snapshot_rows = 2_000_000, 100_000

@@ -47,9 +47,7 @@ def test_core_layers_import_no_web_or_metrics_framework(layer: str) -> None:
 )
 def test_dependencies_point_one_way(layer: str, forbidden: set[str]) -> None:
     for path in _modules(layer):
-        bad = {
-            m for m in _imports(path) if any(m == f or m.startswith(f + ".") for f in forbidden)
-        }
+        bad = {m for m in _imports(path) if any(m == f or m.startswith(f + ".") for f in forbidden)}
         assert not bad, f"{path.relative_to(PKG)} imports {sorted(bad)}"
 
 

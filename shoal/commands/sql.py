@@ -45,8 +45,9 @@ def print_table(table: pa.Table, out: TextIO, max_width: int = 60) -> None:
         [_cell(v) for c in table.column(i).chunks for v in column_values(c)]
         for i in range(table.num_columns)
     ]
-    cells = [[c if len(c) <= max_width else c[: max_width - 1] + "…" for c in col]
-             for col in columns]
+    cells = [
+        [c if len(c) <= max_width else c[: max_width - 1] + "…" for c in col] for col in columns
+    ]
     widths = [max([len(n), *(len(c) for c in col)]) for n, col in zip(names, cells, strict=True)]
     out.write(" | ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)).rstrip() + "\n")
     out.write("-+-".join("-" * w for w in widths) + "\n")
@@ -64,8 +65,9 @@ def _remote(config: Config, args: argparse.Namespace, sql: str) -> int:
     fmt = "arrow" if args.format == "table" else args.format
     timeout = float(config.query_timeout_s) + 10.0
     try:
-        response = httpx.post(url, params={"format": fmt}, content=sql.encode(), headers=headers,
-                              timeout=timeout)
+        response = httpx.post(
+            url, params={"format": fmt}, content=sql.encode(), headers=headers, timeout=timeout
+        )
     except httpx.HTTPError as exc:
         sys.stderr.write(f"shoal: error: cannot reach {url}: {exc}\n")
         return 2
@@ -103,6 +105,7 @@ def _remote(config: Config, args: argparse.Namespace, sql: str) -> int:
 
 def _local(config: Config, args: argparse.Namespace, sql: str) -> int:
     from shoal.query.service import QueryService, limits_from_config
+
     store = open_store(config)
     service = QueryService(store, None, limits_from_config(config))
     try:

@@ -184,8 +184,10 @@ def _csv_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
             values = column_values(col)
             arrays.append(
                 pa.array(
-                    [None if v is None else (v if isinstance(v, str) else _dumps(v))
-                     for v in values],
+                    [
+                        None if v is None else (v if isinstance(v, str) else _dumps(v))
+                        for v in values
+                    ],
                     pa.string(),
                 )
             )
@@ -239,9 +241,7 @@ async def encode_arrow(
     yield drain()
 
 
-Encoder = Callable[
-    [pa.Schema, AsyncIterator[pa.RecordBatch], StreamStatus], AsyncIterator[bytes]
-]
+Encoder = Callable[[pa.Schema, AsyncIterator[pa.RecordBatch], StreamStatus], AsyncIterator[bytes]]
 
 ENCODERS: dict[str, Encoder] = {
     "json": encode_json,

@@ -67,7 +67,7 @@ def remove_orphans(parent: str | None = None) -> list[str]:
     base = Path(parent or tempfile.gettempdir())
     removed: list[str] = []
     for root in base.glob(f"{_PREFIX}*-*"):
-        pid_text = root.name[len(_PREFIX):].split("-", 1)[0]
+        pid_text = root.name[len(_PREFIX) :].split("-", 1)[0]
         if not pid_text.isdigit() or not root.is_dir():
             continue
         pid = int(pid_text)
@@ -101,9 +101,7 @@ def chunks(files: Sequence[ScanFile]) -> list[list[ScanFile]]:
         hour = f.min_time_us // HOUR_US
         key = (hour, 1) if hour == newest_hour else (f.min_time_us // DAY_US * 24, 0)
         groups[key].append(f)
-    return [
-        sorted(groups[k], key=lambda f: (f.min_time_us, f.path)) for k in sorted(groups)
-    ]
+    return [sorted(groups[k], key=lambda f: (f.min_time_us, f.path)) for k in sorted(groups)]
 
 
 class LinkDirs:

@@ -87,8 +87,7 @@ class TimeProbe:
         try:
             found = table_reads(plan, self._owners)
         except Exception:  # pruning is an optimisation: what it cannot read, it keeps whole
-            logger.warning("time bounds not read from a plan; every file is kept",
-                           exc_info=True)
+            logger.warning("time bounds not read from a plan; every file is kept", exc_info=True)
             return {}
         return {name: read for name, read in found.items() if name in tables}
 

@@ -204,6 +204,7 @@ def within(span: TimeRange, bounds: Bounds | None) -> bool:
     lo, hi = bounds
     return (lo is None or span[0] >= lo) and (hi is None or span[1] <= hi)
 
+
 TimeRange = tuple[int, int]
 """The smallest and largest time in some rows, in microseconds since the epoch (inclusive)."""
 

@@ -231,9 +231,7 @@ def collect_view(
             else:
                 snap = _snapshot_as_of(handle, as_of, tenant, name)
         # 2. Keep only the batches the table's committed LSN does not cover.
-        kept = [
-            b for b in pending.get(name, ()) if b.lsn > snap.committed_lsn and b.batch.num_rows
-        ]
+        kept = [b for b in pending.get(name, ()) if b.lsn > snap.committed_lsn and b.batch.num_rows]
         tables[name] = TableInput(
             name=name,
             schema=schema,

@@ -356,8 +356,7 @@ def reorder(table: pa.Table, order: np.ndarray[Any, np.dtype[np.intp]]) -> pa.Ta
     """
     indices = pa.array(order)
     columns = [
-        column if _same_in_every_row(column) else column.take(indices)
-        for column in table.columns
+        column if _same_in_every_row(column) else column.take(indices) for column in table.columns
     ]
     return pa.Table.from_arrays(columns, schema=table.schema)
 

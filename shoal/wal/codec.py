@@ -63,9 +63,7 @@ def encode_segment_header(first_lsn: int, prev_lsn: int) -> bytes:
     """The 40-byte header of a segment whose first record will be ``first_lsn``."""
     if first_lsn < 1 or not 0 <= prev_lsn < first_lsn:
         raise ValueError(f"bad segment LSNs: first={first_lsn} prev={prev_lsn}")
-    body = _HEADER_BODY.pack(
-        MAGIC, FORMAT_VERSION, SEGMENT_HEADER_SIZE, 0, first_lsn, prev_lsn, 0
-    )
+    body = _HEADER_BODY.pack(MAGIC, FORMAT_VERSION, SEGMENT_HEADER_SIZE, 0, first_lsn, prev_lsn, 0)
     return body + _U32.pack(crc32c(body))
 
 

@@ -177,8 +177,7 @@ def classify(scans: list[SegmentStatus]) -> list[SegmentStatus]:
         kind, reason = OK, None
         if seg.problem is not None:
             following = (
-                f", followed by {seg.after_records} valid record(s) up to LSN "
-                f"{seg.after_last_lsn}"
+                f", followed by {seg.after_records} valid record(s) up to LSN {seg.after_last_lsn}"
                 if seg.after_records
                 else ""
             )

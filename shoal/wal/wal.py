@@ -286,4 +286,3 @@ def _lock_directory(path: Path) -> int:
         os.close(fd)
         raise WalError(f"WAL directory {path} is in use by another process") from exc
     return fd
-

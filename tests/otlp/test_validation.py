@@ -104,8 +104,13 @@ def test_bad_ids_reject_spans_and_logs() -> None:
     spans.add(trace_id=b"\x00" * 16, span_id=b"\x02" * 8, **good)
     spans.add(trace_id=b"\x01" * 16, span_id=b"", **good)
     spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, parent_span_id=b"\x03" * 3, **good)
-    spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="", start_time_unix_nano=T0,
-              end_time_unix_nano=T0 - 1)
+    spans.add(
+        trace_id=b"\x01" * 16,
+        span_id=b"\x02" * 8,
+        name="",
+        start_time_unix_nano=T0,
+        end_time_unix_nano=T0 - 1,
+    )
     result = decode("spans", req.SerializeToString())
     assert (result.accepted, result.rejected) == (1, 5)
     assert result.table.column("duration_ns").to_pylist() == [5]
@@ -148,13 +153,29 @@ def test_timestamps_are_microseconds_with_exact_nanoseconds() -> None:
             True,
             "resourceMetrics[0].scopeMetrics[0].metrics[0].gauge.dataPoints[0].timeUnixNano",
         ),
-        ("spans", b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}', True,
-         "invalid hex id"),
+        (
+            "spans",
+            b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}',
+            True,
+            "invalid hex id",
+        ),
         # integers too long for Python's int(): a decode error, not a ValueError
-        ("logs", b'{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"'
-         + b"9" * 5000 + b'"}]}]}]}', True, "logRecords[0].timeUnixNano: expected an integer"),
-        ("logs", b'{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":'
-         + b"9" * 5000 + b"}]}]}]}", True, "not valid JSON"),
+        (
+            "logs",
+            b'{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"'
+            + b"9" * 5000
+            + b'"}]}]}]}',
+            True,
+            "logRecords[0].timeUnixNano: expected an integer",
+        ),
+        (
+            "logs",
+            b'{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":'
+            + b"9" * 5000
+            + b"}]}]}]}",
+            True,
+            "not valid JSON",
+        ),
     ],
 )
 def test_malformed_requests_raise_decode_error(

@@ -22,14 +22,16 @@ BASE_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
 def _map(keys: list[str], columns: list[np.ndarray]) -> pa.MapArray:
     n = len(columns[0]) if columns else 0
     k = len(keys)
-    offsets = pa.array(np.arange(0, (n + 1) * k, k, dtype=np.int32) if k else np.zeros(n + 1,
-                       dtype=np.int32))
+    offsets = pa.array(
+        np.arange(0, (n + 1) * k, k, dtype=np.int32) if k else np.zeros(n + 1, dtype=np.int32)
+    )
     flat_keys = np.tile(np.array(keys, dtype=object), n)
     flat_vals = np.empty(n * k, dtype=object)
     for i, col in enumerate(columns):
         flat_vals[i::k] = col
-    return pa.MapArray.from_arrays(offsets, pa.array(flat_keys, pa.string()),
-                                   pa.array(flat_vals, pa.string()))
+    return pa.MapArray.from_arrays(
+        offsets, pa.array(flat_keys, pa.string()), pa.array(flat_vals, pa.string())
+    )
 
 
 def metric_rows(
@@ -65,9 +67,15 @@ def metric_rows(
         if field.name in values:
             arrays.append(values[field.name])
         elif pa.types.is_map(field.type):
-            arrays.append(_map([], []) if n == 0 else pa.MapArray.from_arrays(
-                pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()),
-                pa.array([], pa.string())))
+            arrays.append(
+                _map([], [])
+                if n == 0
+                else pa.MapArray.from_arrays(
+                    pa.array(np.zeros(n + 1, dtype=np.int32)),
+                    pa.array([], pa.string()),
+                    pa.array([], pa.string()),
+                )
+            )
         elif not field.nullable:
             arrays.append(pa.array(np.zeros(n, dtype=np.int64), field.type))
         else:
@@ -147,9 +155,13 @@ def log_rows(n: int, body: str, start_us: int = BASE_US, service: str = "svc") -
         if field.name in values:
             arrays.append(values[field.name])
         elif pa.types.is_map(field.type):
-            arrays.append(pa.MapArray.from_arrays(
-                pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()),
-                pa.array([], pa.string())))
+            arrays.append(
+                pa.MapArray.from_arrays(
+                    pa.array(np.zeros(n + 1, dtype=np.int32)),
+                    pa.array([], pa.string()),
+                    pa.array([], pa.string()),
+                )
+            )
         elif not field.nullable:
             arrays.append(pa.array(np.zeros(n, dtype=np.int64)).cast(field.type))
         else:

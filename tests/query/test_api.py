@@ -56,8 +56,16 @@ def test_formats_round_trip_the_same_rows(data: Harness) -> None:
     assert answers["arrow"].headers["content-type"] == "application/vnd.apache.arrow.stream"
     doc = answers["json"].json()
     names = [c["name"] for c in doc["columns"]]
-    assert names == ["timestamp", "metric_name", "series_id", "value", "attributes", "ts_ns",
-                     "day", "high"]
+    assert names == [
+        "timestamp",
+        "metric_name",
+        "series_id",
+        "value",
+        "attributes",
+        "ts_ns",
+        "day",
+        "high",
+    ]
     assert doc["columns"][0]["type"] == "timestamp[us, tz=UTC]"
     assert doc["row_count"] == 200 and doc["truncated"] is False
     rows = doc["rows"]
@@ -95,8 +103,11 @@ def test_bodies_text_json_and_get(data: Harness) -> None:
         plain = tc.post("/api/v1/sql", content=q, headers=headers)
         as_json = tc.post("/api/v1/sql", json={"query": q}, headers=headers)
         got = tc.get("/api/v1/sql", params={"q": q}, headers=headers)
-        bad_json = tc.post("/api/v1/sql", content='{"sql": 1}',
-                           headers={**headers, "Content-Type": "application/json"})
+        bad_json = tc.post(
+            "/api/v1/sql",
+            content='{"sql": 1}',
+            headers={**headers, "Content-Type": "application/json"},
+        )
         missing = tc.get("/api/v1/sql", headers=headers)
         bad_format = tc.get("/api/v1/sql", params={"q": q, "format": "xml"}, headers=headers)
     service.shutdown()
@@ -118,8 +129,9 @@ def test_etag_304_and_change_after_ingest(data: Harness) -> None:
         again = tc.get("/api/v1/sql", params=q, headers={**headers, "If-None-Match": etag})
         assert again.status_code == 304 and again.content == b""
         # a query of another table keeps its own tag
-        logs_tag = tc.get("/api/v1/sql", params={"q": "SELECT count(*) FROM logs"},
-                          headers=headers).headers["etag"]
+        logs_tag = tc.get(
+            "/api/v1/sql", params={"q": "SELECT count(*) FROM logs"}, headers=headers
+        ).headers["etag"]
         data.ingest("acme", "metrics", metric_rows(5, seed=3))
         changed = tc.get("/api/v1/sql", params=q, headers={**headers, "If-None-Match": etag})
         assert changed.status_code == 200 and changed.headers["etag"] != etag
@@ -131,12 +143,16 @@ def test_etag_304_and_change_after_ingest(data: Harness) -> None:
         assert flushed.status_code == 200 and flushed.headers["etag"] != tag2
         assert flushed.json()["rows"] == [[355]]
         # logs did not change, so its tag still matches
-        logs_again = tc.get("/api/v1/sql", params={"q": "SELECT count(*) FROM logs"},
-                            headers={**headers, "If-None-Match": logs_tag})
+        logs_again = tc.get(
+            "/api/v1/sql",
+            params={"q": "SELECT count(*) FROM logs"},
+            headers={**headers, "If-None-Match": logs_tag},
+        )
         assert logs_again.status_code == 304
         # another format is another representation
-        csv_tag = tc.get("/api/v1/sql", params={**q, "format": "csv"},
-                         headers=headers).headers["etag"]
+        csv_tag = tc.get("/api/v1/sql", params={**q, "format": "csv"}, headers=headers).headers[
+            "etag"
+        ]
         assert csv_tag != flushed.headers["etag"]
     service.shutdown()
 
@@ -150,8 +166,11 @@ def test_roles_ingest_tokens_get_403(data: Harness) -> None:
         assert r.status_code == 403
         r = tc.post("/api/v1/sql", content="SELECT 1")
         assert r.status_code == 401
-        r = tc.post("/api/v1/sql", content="SELECT 1",
-                    headers={"Authorization": "Bearer shoal_00000000_" + "x" * 43})
+        r = tc.post(
+            "/api/v1/sql",
+            content="SELECT 1",
+            headers={"Authorization": "Bearer shoal_00000000_" + "x" * 43},
+        )
         assert r.status_code == 401
     service.shutdown()
 
@@ -165,8 +184,9 @@ def test_errors_are_400_with_datafusion_message(data: Harness) -> None:
         assert "ParserError" in r.json()["error"] and "Traceback" not in r.text
         r = tc.post("/api/v1/sql", content="SELECT nope FROM metrics", headers=headers)
         assert r.status_code == 400 and "nope" in r.json()["error"]
-        r = tc.post("/api/v1/sql?as_of_version=999", content="SELECT 1 FROM metrics",
-                    headers=headers)
+        r = tc.post(
+            "/api/v1/sql?as_of_version=999", content="SELECT 1 FROM metrics", headers=headers
+        )
         assert r.status_code == 400 and "time travel" in r.json()["error"]
         r = tc.post("/api/v1/sql?as_of=yesterday", content="SELECT 1", headers=headers)
         assert r.status_code == 400 and "ISO 8601" in r.json()["error"]
@@ -176,12 +196,14 @@ def test_errors_are_400_with_datafusion_message(data: Harness) -> None:
         assert r.json()["truncated"] is True and "query_max_rows" in r.json()["message"]
         assert "query_max_rows" in r.headers["x-shoal-truncated"]
         assert len(r.json()["rows"]) == 100
-        r = tc.post("/api/v1/sql?format=ndjson", content="SELECT * FROM range(1000)",
-                    headers=headers)
+        r = tc.post(
+            "/api/v1/sql?format=ndjson", content="SELECT * FROM range(1000)", headers=headers
+        )
         last = json.loads(r.text.splitlines()[-1])
         assert last["truncated"] is True and len(r.text.splitlines()) == 101
-        r = tc.post("/api/v1/sql?format=arrow", content="SELECT * FROM range(1000)",
-                    headers=headers)
+        r = tc.post(
+            "/api/v1/sql?format=arrow", content="SELECT * FROM range(1000)", headers=headers
+        )
         table, metas = _arrow_rows(r.content)
         assert table.num_rows == 100 and any(b"shoal.truncated" in m for m in metas)
     service.shutdown()
@@ -194,10 +216,16 @@ def test_time_travel_over_http(data: Harness) -> None:
     service = data.service()
     with client(data, service) as tc:
         now = tc.post("/api/v1/sql", content="SELECT count(*) FROM metrics", headers=headers)
-        then = tc.post(f"/api/v1/sql?as_of_version={version}",
-                       content="SELECT count(*) FROM metrics", headers=headers)
-        future = tc.post("/api/v1/sql?as_of=2999-01-01T00:00:00Z",
-                         content="SELECT count(*) FROM metrics", headers=headers)
+        then = tc.post(
+            f"/api/v1/sql?as_of_version={version}",
+            content="SELECT count(*) FROM metrics",
+            headers=headers,
+        )
+        future = tc.post(
+            "/api/v1/sql?as_of=2999-01-01T00:00:00Z",
+            content="SELECT count(*) FROM metrics",
+            headers=headers,
+        )
     service.shutdown()
     assert now.json()["rows"] == [[350]]
     assert then.json()["rows"] == [[300]]

@@ -26,8 +26,19 @@ def test_local_query_prints_a_table_and_writes_nothing(
     assert lines[0].split() == ["metric_name", "|", "n"]
     assert lines[-1] == "(5 rows)"
     assert sum(int(line.split("|")[1]) for line in lines[2:-1]) == 120
-    code = main(["sql", "--local", "--data-dir", str(harness.data_dir), "--tenant", "acme",
-                 "--format", "json", "SELECT count(*) AS n FROM metrics"])
+    code = main(
+        [
+            "sql",
+            "--local",
+            "--data-dir",
+            str(harness.data_dir),
+            "--tenant",
+            "acme",
+            "--format",
+            "json",
+            "SELECT count(*) AS n FROM metrics",
+        ]
+    )
     assert code == 0
     assert json.loads(capsys.readouterr().out)["rows"] == [[120]]
     code = main(["sql", "--local", "--data-dir", str(harness.data_dir), "SELEC 1"])

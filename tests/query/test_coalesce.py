@@ -22,8 +22,9 @@ def _batch(lsn: int, rows: int) -> pa.RecordBatch:
     rows=st.integers(min_value=0, max_value=3),
     drop=st.integers(min_value=0, max_value=100),
 )
-def test_coalesced_rows_equal_the_input_across_queries(gaps: list[int], rows: int,
-                                                        drop: int) -> None:
+def test_coalesced_rows_equal_the_input_across_queries(
+    gaps: list[int], rows: int, drop: int
+) -> None:
     coalescer = BatchCoalescer()
     lsns, lsn = [], 0
     for gap in gaps:
@@ -65,8 +66,7 @@ def test_runs_become_compact_batches_of_bounded_size() -> None:
     worst; combined runs are copies of at most MAX_BATCH_ROWS rows."""
     per = 1000
     schema = pa.schema([("m", pa.map_(pa.string(), pa.string()))])
-    whole = pa.Table.from_pydict({"m": [[("host", f"h{i % 7}")] for i in range(300 * per)]},
-                                 schema)
+    whole = pa.Table.from_pydict({"m": [[("host", f"h{i % 7}")] for i in range(300 * per)]}, schema)
     batches = whole.to_batches(max_chunksize=per)  # slices sharing whole's buffers
     lsns = list(range(1, len(batches) + 1))
     out = BatchCoalescer().coalesce("t", "m", lsns, batches)
@@ -121,5 +121,7 @@ def test_a_query_over_many_small_snapshot_batches_sees_every_row() -> None:
     batches = [_batch(x, x % 3) for x in range(1, 40)]
     ctx.register_view("t", ctx.read_batches(few_batches(batches)))
     got = ctx.sql("SELECT count(*) AS n, sum(lsn) AS s FROM t").to_pydict()
-    assert got == {"n": [sum(x % 3 for x in range(1, 40))],
-                   "s": [sum(x * (x % 3) for x in range(1, 40))]}
+    assert got == {
+        "n": [sum(x % 3 for x in range(1, 40))],
+        "s": [sum(x * (x % 3) for x in range(1, 40))],
+    }

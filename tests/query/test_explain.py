@@ -65,8 +65,7 @@ def test_time_filter_prunes_files(harness: Harness) -> None:
     _six_hours(harness)
     lo, hi = BASE_US + 2 * HOUR_US, BASE_US + 3 * HOUR_US
     sql = (
-        "SELECT count(*) FROM metrics "
-        f"WHERE timestamp >= '{_iso(lo)}' AND timestamp < '{_iso(hi)}'"
+        f"SELECT count(*) FROM metrics WHERE timestamp >= '{_iso(lo)}' AND timestamp < '{_iso(hi)}'"
     )
     plan = _plan_text(harness, sql, analyze=True)
     day, newest = _scan_lines(plan)

@@ -20,8 +20,9 @@ from loadtest.ingest import ServerProcess
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path / "data", env={"SHOAL_LOG_LEVEL": "warning"},
-                         log_path=tmp_path / "server.log")
+    proc = ServerProcess(
+        tmp_path / "data", env={"SHOAL_LOG_LEVEL": "warning"}, log_path=tmp_path / "server.log"
+    )
     proc.start()
     yield proc
     if proc.proc is not None and proc.proc.poll() is None:

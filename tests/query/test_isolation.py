@@ -13,14 +13,20 @@ from .helpers import Harness, log_rows, metric_rows, tree_state
 @pytest.fixture
 def two_tenants(harness: Harness) -> Harness:
     for tenant in ("acme", "globex"):
-        harness.ingest(tenant, "metrics", metric_rows(300, metric_prefix=f"{tenant}_m",
-                                                      host_prefix=f"{tenant}-host"))
+        harness.ingest(
+            tenant,
+            "metrics",
+            metric_rows(300, metric_prefix=f"{tenant}_m", host_prefix=f"{tenant}-host"),
+        )
         harness.ingest(tenant, "logs", log_rows(50, body=f"{tenant} secret"))
         harness.flush(tenant, "metrics")
         harness.flush(tenant, "logs")
         # and some rows still only in the snapshot
-        harness.ingest(tenant, "metrics", metric_rows(20, seed=9, metric_prefix=f"{tenant}_m",
-                                                      host_prefix=f"{tenant}-host"))
+        harness.ingest(
+            tenant,
+            "metrics",
+            metric_rows(20, seed=9, metric_prefix=f"{tenant}_m", host_prefix=f"{tenant}-host"),
+        )
         harness.ingest(tenant, "logs", log_rows(5, body=f"{tenant} secret"))
     return harness
 
@@ -106,12 +112,14 @@ def test_adversarial_queries_see_nothing_of_another_tenant(
                 assert r.status_code == 200, (q, r.text[:300])
             text = r.text.lower()
             assert "globex" not in text or (r.status_code == 400 and "not found" in text), (
-                q[:80], r.text[:500])
+                q[:80],
+                r.text[:500],
+            )
             if r.status_code == 400:
                 body = r.json()
                 assert "Traceback" not in body["error"], body
                 # the error is DataFusion's (or shoal's) message, never a stack trace
-                assert "File \"" not in body["error"]
+                assert 'File "' not in body["error"]
             else:
                 # a successful answer holds acme's data or nothing at all
                 assert "globex_m" not in text and "globex secret" not in text
@@ -125,8 +133,11 @@ def test_adversarial_queries_see_nothing_of_another_tenant(
     assert list(out.iterdir()) == []
     # Every write and every reach for another tenant's data was refused.
     for q, status in statuses.items():
-        if q.split()[0] in {"CREATE", "COPY", "INSERT", "DELETE", "UPDATE", "DROP", "SET",
-                            "PREPARE"} or "globex" in q.lower():
+        if (
+            q.split()[0]
+            in {"CREATE", "COPY", "INSERT", "DELETE", "UPDATE", "DROP", "SET", "PREPARE"}
+            or "globex" in q.lower()
+        ):
             assert status == 400, (q, status)
 
 

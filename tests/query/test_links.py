@@ -24,9 +24,7 @@ def _file(tmp_path: Path, name: str, start_us: int, rows: int = 3) -> ScanFile:
 
 
 def test_chunks_group_by_day_with_the_newest_hour_apart(tmp_path: Path) -> None:
-    files = [
-        _file(tmp_path, f"h{h}.parquet", h * HOUR_US + 5) for h in (30, 0, 1, 25, 23, 31)
-    ]
+    files = [_file(tmp_path, f"h{h}.parquet", h * HOUR_US + 5) for h in (30, 0, 1, 25, 23, 31)]
     groups = chunks(files)
     hours = [[f.min_time_us // HOUR_US for f in g] for g in groups]
     assert hours == [[0, 1, 23], [25, 30], [31]]

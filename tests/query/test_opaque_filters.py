@@ -46,8 +46,9 @@ def _plain_datafusion(harness: Harness, sql: str) -> pa.Table:
     for table in ("metrics", "logs"):
         handle = harness.store.open("t", table, create=False)
         schema = handle.spec.schema
-        parts = [pa.Table.from_batches([b.batch]) for b in
-                 harness.snapshot.batches("t").get(table, ())]
+        parts = [
+            pa.Table.from_batches([b.batch]) for b in harness.snapshot.batches("t").get(table, ())
+        ]
         parts += [pq.read_table(f.path, schema=schema) for f in handle.snapshot().files]
         ctx.register_record_batches(table, [pa.concat_tables(parts).to_batches()])
     return ctx.sql(sql).to_arrow_table()
@@ -65,8 +66,9 @@ def loaded(harness: Harness) -> Harness:
 
 
 @pytest.mark.parametrize("sql", QUERIES)
-def test_opaque_filters_answer_as_plain_datafusion(loaded: Harness, service: QueryService,
-                                                  sql: str) -> None:
+def test_opaque_filters_answer_as_plain_datafusion(
+    loaded: Harness, service: QueryService, sql: str
+) -> None:
     got = service.run_sync("t", sql)
     want = _plain_datafusion(loaded, sql)
     assert got.column(0).to_pylist() == want.column(0).to_pylist()
@@ -79,8 +81,7 @@ def test_time_bounds_beside_opaque_filters_still_prune(loaded: Harness) -> None:
     assert reads["metrics"].time_only is False
 
 
-def test_time_travel_consults_only_the_tables_read(harness: Harness,
-                                                   service: QueryService) -> None:
+def test_time_travel_consults_only_the_tables_read(harness: Harness, service: QueryService) -> None:
     for seed in range(3):
         harness.ingest("t", "metrics", metric_rows(10, seed=seed))
         harness.flush("t", "metrics")  # metrics reaches version 3
@@ -94,8 +95,9 @@ def test_time_travel_consults_only_the_tables_read(harness: Harness,
         service.run_sync("t", "SELECT count(*) FROM logs", as_of=v3)
     # a time before a table's first commit reads that table as empty
     long_ago = AsOf(timestamp=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
-    assert service.run_sync("t", "SELECT count(*) AS n FROM logs", as_of=long_ago).to_pylist() \
-        == [{"n": 0}]
+    assert service.run_sync("t", "SELECT count(*) AS n FROM logs", as_of=long_ago).to_pylist() == [
+        {"n": 0}
+    ]
 
 
 @pytest.mark.parametrize(

@@ -30,8 +30,9 @@ def test_probe_reads_time_bounds_and_other_filters(harness: Harness) -> None:
     only_time = _probe_reads(
         harness, f"SELECT count(*) FROM metrics WHERE timestamp >= '{lo}' AND timestamp < '{hi}'"
     )
-    assert only_time == {"metrics": TableRead((BASE_US + 2 * HOUR_US, BASE_US + 3 * HOUR_US),
-                                              time_only=True)}
+    assert only_time == {
+        "metrics": TableRead((BASE_US + 2 * HOUR_US, BASE_US + 3 * HOUR_US), time_only=True)
+    }
     mixed = _probe_reads(
         harness, f"SELECT count(*) FROM metrics WHERE timestamp >= '{lo}' AND value > 3"
     )
@@ -67,21 +68,31 @@ def test_snapshot_batches_outside_the_time_range_are_not_loaded(harness: Harness
     service = harness.service()
     try:
         far = service.run_sync(
-            "t", "EXPLAIN SELECT count(*) FROM metrics "
-            "WHERE timestamp >= '2026-01-01T01:00:00Z' AND timestamp < '2026-01-01T02:00:00Z'")
+            "t",
+            "EXPLAIN SELECT count(*) FROM metrics "
+            "WHERE timestamp >= '2026-01-01T01:00:00Z' AND timestamp < '2026-01-01T02:00:00Z'",
+        )
         plan = "\n".join(str(v) for v in far.column(far.num_columns - 1).to_pylist())
         assert "DataSourceExec: partitions=" not in plan, plan  # no memory scan
         near = service.run_sync(
-            "t", "EXPLAIN SELECT count(*) FROM metrics WHERE timestamp >= '2026-01-01T04:00:00Z'")
+            "t", "EXPLAIN SELECT count(*) FROM metrics WHERE timestamp >= '2026-01-01T04:00:00Z'"
+        )
         plan = "\n".join(str(v) for v in near.column(near.num_columns - 1).to_pylist())
         assert "DataSourceExec: partitions=" in plan, plan
         for start, end, expected in (
-            ("01", "02", second_hour), ("04", "05", 2_000), ("00", "06", 5_000)
+            ("01", "02", second_hour),
+            ("04", "05", 2_000),
+            ("00", "06", 5_000),
         ):
-            got = service.run_sync(
-                "t", f"SELECT count(*) AS n FROM metrics WHERE timestamp >= "
-                f"'2026-01-01T{start}:00:00Z' AND timestamp < '2026-01-01T{end}:00:00Z'"
-            ).column("n")[0].as_py()
+            got = (
+                service.run_sync(
+                    "t",
+                    f"SELECT count(*) AS n FROM metrics WHERE timestamp >= "
+                    f"'2026-01-01T{start}:00:00Z' AND timestamp < '2026-01-01T{end}:00:00Z'",
+                )
+                .column("n")[0]
+                .as_py()
+            )
             assert got == expected, (start, end)
     finally:
         service.shutdown()
@@ -95,12 +106,17 @@ def test_exact_file_edges_count_right_without_pushdown(harness: Harness) -> None
     service = harness.service()
     try:
         for f in harness.store.open("t", "metrics").snapshot().files:
-            for op, edge in (("<", f.max_time_us), ("<=", f.max_time_us),
-                             (">", f.min_time_us), (">=", f.min_time_us)):
+            for op, edge in (
+                ("<", f.max_time_us),
+                ("<=", f.max_time_us),
+                (">", f.min_time_us),
+                (">=", f.min_time_us),
+            ):
                 stamp = f"to_timestamp_micros({edge}) AT TIME ZONE 'UTC'"
                 sql = f"SELECT count(*) AS n FROM metrics WHERE timestamp {op} {stamp}"
                 expected = sum(
-                    1 for s in stamps
+                    1
+                    for s in stamps
                     if {"<": s < edge, "<=": s <= edge, ">": s > edge, ">=": s >= edge}[op]
                 )
                 assert service.run_sync("t", sql).column("n")[0].as_py() == expected, sql
@@ -111,10 +127,12 @@ def test_exact_file_edges_count_right_without_pushdown(harness: Harness) -> None
 def test_allocator_settings_apply_before_datafusion_loads() -> None:
     code = "import os, shoal.query; print(os.environ.get('MIMALLOC_ALLOW_THP'))"
     env = {k: v for k, v in os.environ.items() if k != "MIMALLOC_ALLOW_THP"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "0"
     env["MIMALLOC_ALLOW_THP"] = "1"  # an operator's own setting wins
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "1"

@@ -38,10 +38,12 @@ def six_hours(tmp_path_factory: pytest.TempPathFactory) -> tuple[Harness, np.nda
     harness.flush("t", "metrics")
     recent = metric_rows(500, start_us=BASE_US + SIX_HOURS, seed=4)
     harness.ingest("t", "metrics", recent)
-    stamps = np.concatenate([
-        committed.column("timestamp").cast(pa.int64()).to_numpy(),
-        recent.column("timestamp").cast(pa.int64()).to_numpy(),
-    ])
+    stamps = np.concatenate(
+        [
+            committed.column("timestamp").cast(pa.int64()).to_numpy(),
+            recent.column("timestamp").cast(pa.int64()).to_numpy(),
+        ]
+    )
     return harness, stamps
 
 
@@ -70,9 +72,7 @@ def test_a_one_hour_query_plans_over_the_one_file_of_that_hour(
     # no time filter, or one DataFusion cannot read as a range: every file stays
     everything = _explain(service, "SELECT sum(value) FROM metrics")
     assert len(_files_scanned(everything)) == 6, everything
-    either = _explain(
-        service, f"SELECT count(*) FROM metrics WHERE ({one_hour}) OR value > 99"
-    )
+    either = _explain(service, f"SELECT count(*) FROM metrics WHERE ({one_hour}) OR value > 99")
     assert len(_files_scanned(either)) == 6, either
     service.shutdown()
 
@@ -127,10 +127,14 @@ def test_pruned_counts_equal_the_ground_truth(
         "<=": (f"timestamp <= '{_iso(hi)}'", stamps <= hi),
         "<": (f"timestamp < '{_iso(hi)}'", stamps < hi),
         "=": (f"timestamp = '{_iso(lo)}'", stamps == lo),
-        "between": (f"timestamp BETWEEN '{_iso(lo)}' AND '{_iso(hi)}'",
-                    (stamps >= lo) & (stamps <= hi)),
-        "reversed": (f"'{_iso(lo)}' <= timestamp AND '{_iso(hi)}' > timestamp",
-                     (stamps >= lo) & (stamps < hi)),
+        "between": (
+            f"timestamp BETWEEN '{_iso(lo)}' AND '{_iso(hi)}'",
+            (stamps >= lo) & (stamps <= hi),
+        ),
+        "reversed": (
+            f"'{_iso(lo)}' <= timestamp AND '{_iso(hi)}' > timestamp",
+            (stamps >= lo) & (stamps < hi),
+        ),
     }[op]
     result = service.run_sync("t", f"SELECT count(*) AS n FROM metrics WHERE {where[0]}")
     assert result.column("n")[0].as_py() == int(where[1].sum()), where[0]
@@ -151,7 +155,7 @@ def test_scan_bounds_read_literal_ranges_in_any_unit() -> None:
         "AND timestamp < TIMESTAMP '2026-01-01T01:00:00Z'"
     ) == [(BASE_US, BASE_US + HOUR_US)]
     # nanoseconds round outwards to whole microseconds
-    (lo, hi), = _plan_scans(
+    ((lo, hi),) = _plan_scans(
         "SELECT * FROM m WHERE timestamp > to_timestamp_nanos(1767225600000000500) "
         "AND timestamp < to_timestamp_nanos(1767229200000000500)"
     )

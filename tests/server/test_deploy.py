@@ -62,7 +62,9 @@ def test_install_script_dry_run_lists_every_step() -> None:
     ):
         assert step in out, step
     bare = subprocess.run(
-        ["bash", str(INSTALL), "--dry-run", "--no-spark"], capture_output=True, text=True,
+        ["bash", str(INSTALL), "--dry-run", "--no-spark"],
+        capture_output=True,
+        text=True,
         timeout=60,
     )
     assert bare.returncode == 0, bare.stderr

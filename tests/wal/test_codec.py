@@ -22,9 +22,7 @@ from shoal.wal.codec import (
 )
 
 LIMIT = 1 << 20
-records = st.lists(
-    st.tuples(st.integers(1, 255), st.binary(max_size=600)), min_size=0, max_size=30
-)
+records = st.lists(st.tuples(st.integers(1, 255), st.binary(max_size=600)), min_size=0, max_size=30)
 
 
 def _log(first_lsn: int, recs: list[tuple[int, bytes]]) -> bytes:
