@@ -59,9 +59,7 @@ SESSION_OPTIONS: dict[str, str] = {
 
 def sql_options() -> SQLOptions:
     """Read-only: no DDL (CREATE/DROP), no DML (INSERT/COPY), no statements (SET, BEGIN)."""
-    return (
-        SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
-    )
+    return SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
 
 
 def session_config(pushdown: bool = True) -> SessionConfig:
@@ -200,7 +198,7 @@ def register_tables(
     coalescer: BatchCoalescer | None = None,
     only: Iterable[str] | None = None,
     reads: Mapping[str, TableRead] | None = None,
-) -> tuple[list[str], dict[str, tuple[str, str]]]:
+) -> tuple[list[str], dict[str, tuple[str, str]], dict[str, int]]:
     """Register the tenant's tables in ``ctx``, each Parquet UNION ALL snapshot.
 
     ``only`` limits registration to the tables a query names (it can read no others);
@@ -209,11 +207,13 @@ def register_tables(
     gets only the committed files and snapshot batches whose time range meets them, and
     when nothing but those bounds filters it and every file lies inside them, its files
     are read without Parquet filter pushdown (see :func:`wants_pushdown`). Returns the
-    names registered and, per scan of committed files, its table and time column.
+    names registered, per scan of committed files its table and time column, and per
+    table the rows loaded (files and snapshot batches, an upper bound of what it reads).
     """
     wanted = None if only is None else set(only)
     names: list[str] = []
     owners: dict[str, tuple[str, str]] = {}
+    rows: dict[str, int] = {}
     for name, table in view.tables.items():
         if wanted is not None and name not in wanted:
             continue
@@ -224,9 +224,15 @@ def register_tables(
         parquet = None
         if files is None or files:
             parquet = cache.get(
-                view.tenant, table, verify=view.as_of is not None, files=files,
+                view.tenant,
+                table,
+                verify=view.as_of is not None,
+                files=files,
                 pushdown=wants_pushdown(read, table.files if files is None else files),
             )
+        rows[name] = table.snapshot_rows + sum(
+            f.rows for f in (table.files if files is None else files)
+        )
         if parquet is not None:
             frames.append(ctx.read_table(parquet[0]))
             owners.update((scan, (name, table.time_column)) for scan in parquet[1])
@@ -240,7 +246,7 @@ def register_tables(
             frame = frame.union(recent)
         ctx.register_view(name, frame)
         names.append(name)
-    return names, owners
+    return names, owners, rows
 
 
 def _snapshot_frames(
@@ -359,6 +365,8 @@ class TenantSession:
         self._names: list[str] = []
         self.owners: dict[str, tuple[str, str]] = {}
         """Per scan of committed files in the loaded tables: its table and time column."""
+        self.rows: dict[str, int] = {}
+        """Per loaded table, the rows loaded for the query."""
 
     def reads(self, view: TenantView, sql: str, only: Iterable[str]) -> dict[str, TableRead]:
         """How ``sql`` reads the tables of ``view`` named in ``only`` (see the probe)."""
@@ -379,7 +387,7 @@ class TenantSession:
         if view.tenant != self.tenant:
             raise ValueError("a session serves one tenant only")
         self.clear()
-        self._names, self.owners = register_tables(
+        self._names, self.owners, self.rows = register_tables(
             self.ctx, view, cache, coalescer, only, reads
         )
         return self.ctx
@@ -389,6 +397,7 @@ class TenantSession:
             self.ctx.deregister_table(name)
         self._names = []
         self.owners = {}
+        self.rows = {}
 
 
 class SessionPool:

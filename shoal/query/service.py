@@ -35,7 +35,7 @@ from datafusion import RecordBatchStream
 
 from shoal.config import Config
 from shoal.errors import QueryError, QueryLimitError
-from shoal.query import engine, limits
+from shoal.query import engine, limits, work
 from shoal.query.coalesce import BatchCoalescer
 from shoal.query.limits import Limits
 from shoal.query.source import SnapshotSource
@@ -218,6 +218,7 @@ class QueryService:
         )
         self._slots: asyncio.Semaphore | None = None
         self._slots_loop: asyncio.AbstractEventLoop | None = None
+        self._tenant_slots: dict[str, asyncio.Semaphore] = {}
 
     @classmethod
     def from_config(
@@ -245,12 +246,35 @@ class QueryService:
 
     # -- step 2 -----------------------------------------------------------------
 
-    def _semaphore(self) -> asyncio.Semaphore:
+    def _semaphores(self, tenant: str) -> tuple[asyncio.Semaphore, asyncio.Semaphore]:
+        """The tenant's share of the slots, and the slots of all tenants."""
         loop = asyncio.get_running_loop()
         if self._slots is None or self._slots_loop is not loop:
             self._slots = asyncio.Semaphore(self.limits.max_concurrency)
             self._slots_loop = loop
-        return self._slots
+            self._tenant_slots = {}
+        share = self._tenant_slots.get(tenant)
+        if share is None:
+            share = self._tenant_slots[tenant] = asyncio.Semaphore(self.limits.tenant_slots)
+        return share, self._slots
+
+    async def _acquire_slots(self, tenant: str, deadline: float) -> tuple[asyncio.Semaphore, ...]:
+        """A slot of the tenant's share, then one of all (so a tenant whose queries are stuck
+        never holds every slot); the concurrency error when none frees before ``deadline``."""
+        held: list[asyncio.Semaphore] = []
+        try:
+            for semaphore in self._semaphores(tenant):
+                await asyncio.wait_for(semaphore.acquire(), max(deadline - time.monotonic(), 0.001))
+                held.append(semaphore)
+        except TimeoutError:
+            for semaphore in held:
+                semaphore.release()
+            raise limits.concurrency_error(self.limits) from None
+        except BaseException:
+            for semaphore in held:
+                semaphore.release()
+            raise
+        return tuple(held)
 
     def _plan(
         self, prepared: Prepared
@@ -262,9 +286,13 @@ class QueryService:
             # (see probe), so that the one real plan covers only the files and snapshot
             # batches in that range and reads them the cheapest way
             reads = session.reads(prepared.view, prepared.sql, only)
-            ctx = session.load(prepared.view, self.cache, self.coalescer, only=only,
-                               reads=reads)
+            ctx = session.load(prepared.view, self.cache, self.coalescer, only=only, reads=reads)
             frame = ctx.sql_with_options(prepared.sql, engine.sql_options())
+            if limits.sql_shape(prepared.sql).relations > 1:
+                limits.check_join_pairs(
+                    work.nested_loop_pairs(frame.optimized_logical_plan(), session.rows),
+                    self.limits,
+                )
             if type(frame.logical_plan().to_variant()).__name__ not in _ROOT_ONLY_PLANS:
                 # Let DataFusion stop (and sort with a top-k) once the row cap is exceeded.
                 frame = frame.limit(self.limits.max_rows + 1)
@@ -278,11 +306,7 @@ class QueryService:
     async def execute(self, prepared: Prepared) -> QueryResult:
         """Plan ``prepared`` and start it; errors here come before any response byte."""
         deadline = prepared.started + self.limits.timeout_s
-        slots = self._semaphore()
-        try:
-            await asyncio.wait_for(slots.acquire(), max(deadline - time.monotonic(), 0.001))
-        except TimeoutError:
-            raise limits.concurrency_error(self.limits) from None
+        slots = await self._acquire_slots(prepared.tenant, deadline)
         loop = asyncio.get_running_loop()
         released = False
 
@@ -291,7 +315,8 @@ class QueryService:
         def finish(sessions: list[engine.TenantSession]) -> None:
             for session in sessions:
                 self.sessions.release(session)
-            loop.call_soon_threadsafe(slots.release)
+            for semaphore in slots:
+                loop.call_soon_threadsafe(semaphore.release)
 
         def release() -> None:
             nonlocal released
@@ -320,8 +345,9 @@ class QueryService:
                 release()
 
             future.add_done_callback(finished)
-            logger.warning("query of tenant %s overran its time limit while planning",
-                           prepared.tenant)
+            logger.warning(
+                "query of tenant %s overran its time limit while planning", prepared.tenant
+            )
             raise limits.timeout_error(self.limits) from None
         except BaseException:
             release()
