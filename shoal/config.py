@@ -56,6 +56,13 @@ def _parse_positive_int(raw: str) -> int:
     return value
 
 
+def _parse_non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError(f"must be 0 or more, got {raw!r}")
+    return value
+
+
 def _parse_positive_float(raw: str) -> float:
     value = float(raw)
     if not value > 0:
@@ -159,6 +166,13 @@ SETTINGS: tuple[Setting, ...] = (
         _parse_size,
         "Largest OTLP/HTTP body, checked before and after decompression.",
     ),
+    Setting(
+        "http_read_timeout_s",
+        30.0,
+        _parse_positive_float,
+        "Time a client has to send a whole HTTP request (header and body) from its first "
+        "byte; after it the server answers 408 and closes the connection.",
+    ),
     Setting("grpc_max_message_bytes", 4 * MiB, _parse_size, "Largest OTLP/gRPC message."),
     Setting(
         "queue_max_requests",
@@ -228,6 +242,27 @@ SETTINGS: tuple[Setting, ...] = (
         100_000,
         _parse_positive_int,
         "Most rows one query returns; beyond it the answer says the cap was hit.",
+    ),
+    Setting(
+        "query_max_join_pairs",
+        1_000_000_000,
+        _parse_positive_int,
+        "Most row pairs the joins without an equality key (cross join, ON true, <) of one "
+        "query may compare; more is refused before it runs.",
+    ),
+    Setting(
+        "query_max_tenant_share",
+        0,
+        _parse_non_negative_int,
+        "Most queries one tenant runs at once; 0 means query_max_concurrency - 1 (at least "
+        "1), so one tenant's stuck queries always leave a slot to the others.",
+    ),
+    Setting(
+        "memory_limit_bytes",
+        0,
+        _parse_size,
+        "Memory budget of the process; new queries wait when one more query_memory_bytes "
+        "would not fit. 0 means the limit of the cgroup the server runs in (MemoryMax=).",
     ),
     # -- maintenance (Spark pipeline)
     Setting(

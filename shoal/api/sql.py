@@ -9,7 +9,8 @@ gets 304 without running the query.
 
 Errors are JSON ``{"error": ..., "limit": ...}``: 400 for a bad query or a
 query over a limit (``limit`` names it), 429 when every query slot stayed
-busy for the whole time limit. Errors found before the first byte (planning,
+busy for the whole time limit, 503 when the process's memory budget has no room for
+one more query (``memory_limit_bytes``). Errors found before the first byte (planning,
 early execution) get their status; an error later in a streamed answer is
 written in-band (see :mod:`shoal.query.encoders`).
 """
@@ -53,6 +54,9 @@ def _error(exc: QueryError, retry_after_s: float = 1.0) -> JSONResponse:
         body["limit"] = exc.limit
         if exc.limit == "concurrency":
             status = 429
+            headers["Retry-After"] = str(max(1, round(retry_after_s)))
+        elif exc.limit == "server_memory":  # the process is full, not the query too big
+            status = 503
             headers["Retry-After"] = str(max(1, round(retry_after_s)))
     return JSONResponse(body, status_code=status, headers=headers)
 

@@ -2,9 +2,9 @@
 
 Each distinct ``KeyValue`` slice of a request is decoded once with upb and
 rendered by :mod:`shoal.otlp.anyvalue`; the rows are then assembled with Arrow
-``take`` and list offsets. Decoded entries are also kept in a bounded
-process-wide cache keyed by the slice bytes, since attribute sets repeat from
-request to request.
+``take`` and list offsets. Decoded entries are also kept in a process-wide cache
+bounded in bytes (:mod:`shoal.otlp.cache`), keyed by the slice bytes, since attribute
+sets repeat from request to request.
 """
 
 from __future__ import annotations
@@ -20,13 +20,15 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from shoal.errors import DecodeError
 from shoal.otlp import anyvalue
+from shoal.otlp.cache import DecodeCache
 from shoal.otlp.columns import I64, U64, empty_maps, hash_text, list_offsets, sum_per_list
 from shoal.otlp.schema import ATTRS
 
-_CACHE_LIMIT = 200_000
 _Entry = tuple[str, str, str | None, int]
-_cache: dict[bytes, _Entry] = {}
+_cache: DecodeCache[bytes, _Entry] = DecodeCache(max_bytes=32 << 20, max_entries=200_000)
 _U64_MASK = 2**64 - 1
+_ENTRY_OVERHEAD = 200
+"""Bytes of a cached entry besides its key and text (tuple, str headers, dict slot)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,9 +61,7 @@ def _entry(raw: bytes, where: str) -> _Entry:
     hit = _cache.get(raw)
     if hit is None:
         hit = _decode_entry(raw, where)
-        if len(_cache) >= _CACHE_LIMIT:
-            _cache.clear()
-        _cache[raw] = hit
+        _cache.put(raw, hit, _ENTRY_OVERHEAD + 2 * len(raw))
     return hit
 
 

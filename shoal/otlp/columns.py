@@ -82,6 +82,11 @@ class Broadcast:
                 gathered[name] = column
         self._table = pa.table(gathered) if gathered else None
 
+    @property
+    def nbytes(self) -> int:
+        """Arrow bytes held (for caches that budget their memory)."""
+        return 0 if self._table is None else int(self._table.nbytes)
+
     def take(self, indices: I64) -> dict[str, pa.Array | pa.ChunkedArray]:
         n = len(indices)
         out: dict[str, pa.Array | pa.ChunkedArray] = {}

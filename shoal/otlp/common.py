@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +13,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from shoal.errors import DecodeError
 from shoal.otlp import attributes
+from shoal.otlp.cache import DecodeCache
 from shoal.otlp.columns import I64, U64, Broadcast, list_offsets
 from shoal.otlp.schema import ATTRS
 
@@ -87,21 +87,18 @@ class _Scope:
     dropped: int
 
 
-_CACHE_LIMIT = 4096
-_resources: dict[bytes, _Resource] = {}
-_scopes: dict[bytes, _Scope] = {}
+_resources: DecodeCache[bytes, _Resource] = DecodeCache(max_bytes=16 << 20, max_entries=4096)
+_scopes: DecodeCache[bytes, _Scope] = DecodeCache(max_bytes=16 << 20, max_entries=4096)
 # per request: resource bytes, resource schema URLs, parent resource of each scope,
 # scope bytes, scope schema URLs
 _ScopesKey = tuple[
     tuple[bytes, ...], tuple[str, ...], tuple[int, ...], tuple[bytes, ...], tuple[str, ...]
 ]
-_blocks: dict[_ScopesKey, tuple[Broadcast, U64]] = {}
-
-
-def _bounded_put(cache: dict[Any, Any], key: Any, value: Any) -> None:
-    if len(cache) >= _CACHE_LIMIT:
-        cache.clear()
-    cache[key] = value
+_blocks: DecodeCache[_ScopesKey, tuple[Broadcast, U64]] = DecodeCache(
+    max_bytes=32 << 20, max_entries=4096
+)
+_OVERHEAD = 500
+"""Bytes of a cached resource or scope besides its serialized and decoded text."""
 
 
 def _resource(raw: bytes) -> _Resource:
@@ -113,7 +110,7 @@ def _resource(raw: bytes) -> _Resource:
             raise DecodeError(f"resource: malformed message: {exc}") from None
         attrs = attributes.decode_set(msg.attributes)
         hit = _Resource(attrs.first("service.name"), attrs, msg.dropped_attributes_count)
-        _bounded_put(_resources, raw, hit)
+        _resources.put(raw, hit, _OVERHEAD + 3 * len(raw))
     return hit
 
 
@@ -126,7 +123,7 @@ def _scope(raw: bytes) -> _Scope:
             raise DecodeError(f"instrumentation scope: malformed message: {exc}") from None
         attrs = attributes.decode_set(msg.attributes)
         hit = _Scope(msg.name or None, msg.version or None, attrs, msg.dropped_attributes_count)
-        _bounded_put(_scopes, raw, hit)
+        _scopes.put(raw, hit, _OVERHEAD + 3 * len(raw))
     return hit
 
 
@@ -173,7 +170,8 @@ def scopes(request: pa.StructArray, resource_field: str, scope_field: str) -> Sc
     hit = _blocks.get(key)
     if hit is None:
         hit = _scope_columns(key)
-        _bounded_put(_blocks, key, hit)
+        raw_bytes = sum(map(len, key[0])) + sum(map(len, key[3]))
+        _blocks.put(key, hit, _OVERHEAD * len(key[2]) + raw_bytes + hit[0].nbytes)
     return Scopes(items, hit[0], hit[1])
 
 

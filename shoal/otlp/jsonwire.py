@@ -35,6 +35,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from shoal.errors import DecodeError
 from shoal.otlp import anyvalue
+from shoal.otlp.cache import DecodeCache
 
 __all__ = ["NotFast", "to_protobuf"]
 
@@ -387,7 +388,8 @@ def _packed(field: FieldDescriptor) -> tuple[Any, Emit]:
 def _keyvalue_list(number: int) -> tuple[type, Emit]:
     """A repeated ``KeyValue`` field, kept as a raw JSON slice and cached by it."""
     tag = _tag(number, 2)
-    cache: dict[bytes, bytes] = {}  # per field: raw JSON slice -> its tagged protobuf
+    # per field: raw JSON slice -> its tagged protobuf
+    cache: DecodeCache[bytes, bytes] = DecodeCache(max_bytes=16 << 20, max_entries=_CACHE_LIMIT)
 
     def miss(key: bytes) -> bytes:
         try:
@@ -395,9 +397,7 @@ def _keyvalue_list(number: int) -> tuple[type, Emit]:
             hit = b"".join(_delimited(tag, kv.SerializeToString()) for kv in kvs)
         except (DecodeError, ValueError, TypeError, RecursionError):
             raise NotFast from None
-        if len(cache) >= _CACHE_LIMIT:
-            cache.clear()
-        cache[key] = hit
+        cache.put(key, hit, 100 + len(key) + len(hit))
         return hit
 
     def emit(src: _Source, v: str) -> None:

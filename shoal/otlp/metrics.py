@@ -186,8 +186,13 @@ def _metric_level(metrics: pa.Array, metadata: attributes.Attributes) -> tuple[B
 
 
 @functools.lru_cache(maxsize=65536)
-def _name_hash(name: str) -> int:
+def _cached_name_hash(name: str) -> int:
     return hash_text(name)
+
+
+def _name_hash(name: str) -> int:
+    # metric names repeat; a long one (names are not length-limited) is not kept
+    return _cached_name_hash(name) if len(name) <= 256 else hash_text(name)
 
 
 class _Concatenated:

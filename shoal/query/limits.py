@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator
 
 from shoal.errors import QueryError, QueryLimitError
+from shoal.query import sqltext
 
 MAX_OPERATORS = 1000
 """Most operators (arithmetic, comparison, AND/OR, ||) one query may contain."""
@@ -29,9 +29,6 @@ MAX_JOIN_PAIRS = 1_000_000_000
 cannot be stopped inside it; bounded up front, it ends in seconds."""
 
 NARROW_HINT = "narrow the time range, add a LIMIT, or aggregate more coarsely"
-
-_OPERATOR_CHARS = frozenset("+-*/%<>=|&^")
-_KEYWORD_OPS = frozenset({"and", "or"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +47,9 @@ class Limits:
     """Most queries one tenant may run at once; 0 means ``max_concurrency - 1`` (at least 1),
     so a tenant whose queries are stuck leaves a slot to the others."""
 
+    memory_limit_bytes: int = 0
+    """The process's memory budget; 0 means its cgroup's limit (see admission)."""
+
     @property
     def tenant_slots(self) -> int:
         if self.max_tenant_share > 0:
@@ -59,194 +59,14 @@ class Limits:
 
 def _human_bytes(n: int) -> str:
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size and n % size == 0:
-            return f"{n // size} {unit}"
+        if n >= size:
+            return f"{n // size} {unit}" if n % size == 0 else f"{n / size:.1f} {unit}"
     return f"{n} bytes"
-
-
-@dataclasses.dataclass(frozen=True)
-class Shape:
-    """What planning cost grows with, counted in the query text before DataFusion sees it."""
-
-    operators: int = 0
-    """Arithmetic, comparison, ``||``, AND, OR."""
-    relations: int = 0
-    """SELECTs, JOINs, comma-separated FROM items and UNION/INTERSECT/EXCEPT."""
-
-
-_CLAUSE_ENDS = frozenset(
-    {
-        "where",
-        "group",
-        "having",
-        "order",
-        "limit",
-        "window",
-        "qualify",
-        "union",
-        "intersect",
-        "except",
-        "on",
-        "using",
-        "select",
-    }
-)
-_SET_OPS = frozenset({"union", "intersect", "except"})
-
-
-def _tokens(sql: str) -> Iterator[str]:
-    """Words (lower-cased), operator runs and punctuation outside string literals, quoted
-    identifiers and comments."""
-    i, n = 0, len(sql)
-    while i < n:
-        ch = sql[i]
-        if ch in "'\"":
-            end = i + 1
-            while end < n:
-                if sql[end] == ch:
-                    if end + 1 < n and sql[end + 1] == ch:  # doubled quote escapes itself
-                        end += 2
-                        continue
-                    break
-                end += 1
-            i = end + 1
-            if ch == '"':
-                yield '""'  # a quoted identifier
-        elif sql.startswith("--", i):
-            nl = sql.find("\n", i)
-            i = n if nl < 0 else nl + 1
-        elif sql.startswith("/*", i):
-            close = sql.find("*/", i + 2)
-            i = n if close < 0 else close + 2
-        elif ch in _OPERATOR_CHARS:
-            start = i
-            i += 1
-            while i < n and sql[i] in _OPERATOR_CHARS and not sql.startswith("--", i):
-                i += 1
-            yield sql[start:i]
-        elif ch.isalpha() or ch == "_":
-            start = i
-            while i < n and (sql[i].isalnum() or sql[i] == "_"):
-                i += 1
-            yield sql[start:i].lower()
-        elif ch.isdigit():
-            start = i
-            while i < n and (sql[i].isdigit() or sql[i] == "."):
-                i += 1
-            if i < n and sql[i] in "eE":
-                j = i + 1 + (i + 1 < n and sql[i + 1] in "+-")
-                if j < n and sql[j].isdigit():
-                    i = j
-                    while i < n and sql[i].isdigit():
-                        i += 1
-            yield sql[start:i]
-        elif ch in "(),":
-            yield ch
-            i += 1
-        else:
-            i += 1
-
-
-def sql_shape(sql: str) -> Shape:
-    """The :class:`Shape` of ``sql``."""
-    operators = relations = 0
-    depth = 0
-    from_depths: list[int] = []  # paren depths at which a FROM list is open
-    for token in _tokens(sql):
-        if token[0] in _OPERATOR_CHARS:
-            operators += 1
-        elif token in _KEYWORD_OPS:
-            operators += 1
-        elif token in ("select", "join") or token in _SET_OPS:
-            relations += 1
-        if token == "(":
-            depth += 1
-        elif token == ")":
-            while from_depths and from_depths[-1] >= depth:
-                from_depths.pop()
-            depth -= 1
-        elif token == "from":
-            from_depths.append(depth)
-        elif token in _CLAUSE_ENDS and from_depths and from_depths[-1] == depth:
-            from_depths.pop()
-        elif token == "," and from_depths and from_depths[-1] == depth:
-            relations += 1
-    return Shape(operators=operators, relations=relations)
-
-
-_ELEMENT_BYTES = {
-    # function: bytes per unit of its count argument (a character, or an 8-byte element)
-    "repeat": 1,
-    "lpad": 1,
-    "rpad": 1,
-    "array_repeat": 8,
-    "array_resize": 8,
-    "range": 8,
-    "generate_series": 8,
-}
-_SERIES = frozenset({"range", "generate_series"})
-
-
-def _number(token: str) -> float | None:
-    try:
-        return float(token) if token[0].isdigit() else None
-    except ValueError:
-        return None
-
-
-def literal_allocations(sql: str) -> list[tuple[str, int]]:
-    """Calls of functions whose result size is set by a count argument (``repeat``,
-    ``lpad``, ``array_repeat``, scalar ``range`` ...), with the bytes their numeric literal
-    arguments ask for at least. Such a result is built whole, outside the memory pool, so a
-    call that asks for more than the pool holds is refused before it runs. ``range`` in a
-    FROM clause (a table function, which streams) is not counted."""
-    tokens = list(_tokens(sql))
-    found: list[tuple[str, int]] = []
-    for i, token in enumerate(tokens):
-        per_unit = _ELEMENT_BYTES.get(token)
-        if per_unit is None or i + 1 >= len(tokens) or tokens[i + 1] != "(":
-            continue
-        if token in _SERIES and i > 0 and tokens[i - 1] in ("from", "join", ","):
-            continue
-        depth = 0
-        args: list[list[str]] = []
-        current: list[str] = []
-        for inner in tokens[i + 1 :]:
-            if inner == "(":
-                depth += 1
-                if depth == 1:
-                    continue
-            elif inner == ")":
-                depth -= 1
-                if depth == 0:
-                    break
-            if depth == 1 and inner == ",":
-                args.append(current)
-                current = []
-            else:
-                current.append(inner)
-        args.append(current)
-        numbers = [_number(a[0]) if len(a) == 1 else None for a in args]
-        if token in _SERIES:
-            units = _series_length(numbers)
-        else:
-            units = max((x for x in numbers if x is not None), default=0.0)
-        found.append((token, int(min(units, 1e18)) * per_unit))
-    return found
-
-
-def _series_length(numbers: list[float | None]) -> float:
-    if any(x is None for x in numbers) or not numbers:
-        return 0.0
-    values = [float(x) for x in numbers if x is not None]
-    start, stop = (0.0, values[0]) if len(values) == 1 else (values[0], values[1])
-    step = values[2] if len(values) > 2 and values[2] else 1.0
-    return max((stop - start) / step, 0.0)
 
 
 def count_operators(sql: str) -> int:
     """Operators outside string literals, quoted identifiers and comments."""
-    return sql_shape(sql).operators
+    return sqltext.sql_shape(sql).operators
 
 
 def check_sql(sql: str, limits: Limits) -> str:
@@ -263,7 +83,7 @@ def check_sql(sql: str, limits: Limits) -> str:
         raise QueryError(
             "empty query: send the SQL text as the body, in JSON {'query': ...}, or as ?q="
         )
-    shape = sql_shape(text)
+    shape = sqltext.sql_shape(text)
     if shape.operators > limits.max_operators:
         raise QueryLimitError(
             "complexity",
@@ -271,13 +91,21 @@ def check_sql(sql: str, limits: Limits) -> str:
             "(planning time grows quickly with expression size): use IN (...) lists "
             "or split the query",
         )
-    for name, size in literal_allocations(text):
-        if size > limits.memory_bytes:
+    for call in sqltext.allocations(text):
+        if not call.constant:
             raise QueryLimitError(
                 "memory",
-                f"{name}(...) would build a result of at least {_human_bytes(size)}, over the "
-                f"query memory limit of {_human_bytes(limits.memory_bytes)} "
-                "(query_memory_bytes): ask for a smaller result",
+                f"{call.function}(...) needs constant counts: it builds its result whole, "
+                "outside the memory pool (query_memory_bytes), so a count taken from data "
+                "could exhaust the server's memory; use a literal count",
+            )
+        if call.bytes > limits.memory_bytes:
+            raise QueryLimitError(
+                "memory",
+                f"{call.function}(...) would build a result of at least "
+                f"{_human_bytes(call.bytes)}, over the query memory limit of "
+                f"{_human_bytes(limits.memory_bytes)} (query_memory_bytes): ask for a "
+                "smaller result",
             )
     if shape.relations > limits.max_relations:
         raise QueryLimitError(
@@ -290,14 +118,16 @@ def check_sql(sql: str, limits: Limits) -> str:
 
 
 def check_join_pairs(pairs: int, limits: Limits) -> None:
-    """Refuse a query whose joins without an equality key may compare too many row pairs."""
+    """Refuse a query whose joins without an equality key may compare too many row pairs
+    (weighted by the cost of the join condition, see work.filter_cost)."""
     if pairs > limits.max_join_pairs:
         raise QueryLimitError(
             "complexity",
-            f"query joins without an equality key (cross join, ON true, <, OR) over up to "
-            f"{pairs:,} row pairs; the limit is {limits.max_join_pairs:,} "
-            "(query_max_join_pairs): join on an equality (a.trace_id = b.trace_id), narrow "
-            "the time range of each side, or aggregate before joining",
+            f"query joins without an equality key (cross join, ON true, <, LIKE, ~) over up "
+            f"to {pairs:,} row pairs, counting each pair by what its join condition costs; "
+            f"the limit is {limits.max_join_pairs:,} (query_max_join_pairs): join on an "
+            "equality (a.trace_id = b.trace_id), narrow the time range of each side, or "
+            "aggregate before joining",
         )
 
 

@@ -35,7 +35,7 @@ from datafusion import RecordBatchStream
 
 from shoal.config import Config
 from shoal.errors import QueryError, QueryLimitError
-from shoal.query import engine, limits, work
+from shoal.query import admission, engine, limits, sqltext, work
 from shoal.query.coalesce import BatchCoalescer
 from shoal.query.limits import Limits
 from shoal.query.source import SnapshotSource
@@ -54,6 +54,9 @@ def limits_from_config(config: Config) -> Limits:
         max_sql_bytes=int(config.query_max_sql_bytes),
         max_concurrency=int(config.query_max_concurrency),
         max_rows=int(config.query_max_rows),
+        max_join_pairs=int(config.query_max_join_pairs),
+        max_tenant_share=int(config.query_max_tenant_share),
+        memory_limit_bytes=int(config.memory_limit_bytes),
     )
 
 
@@ -219,6 +222,9 @@ class QueryService:
         self._slots: asyncio.Semaphore | None = None
         self._slots_loop: asyncio.AbstractEventLoop | None = None
         self._tenant_slots: dict[str, asyncio.Semaphore] = {}
+        self.gate = admission.MemoryGate(
+            admission.memory_budget(self.limits.memory_limit_bytes), self.limits.memory_bytes
+        )
 
     @classmethod
     def from_config(
@@ -288,7 +294,7 @@ class QueryService:
             reads = session.reads(prepared.view, prepared.sql, only)
             ctx = session.load(prepared.view, self.cache, self.coalescer, only=only, reads=reads)
             frame = ctx.sql_with_options(prepared.sql, engine.sql_options())
-            if limits.sql_shape(prepared.sql).relations > 1:
+            if sqltext.sql_shape(prepared.sql).relations > 1:
                 limits.check_join_pairs(
                     work.nested_loop_pairs(frame.optimized_logical_plan(), session.rows),
                     self.limits,
@@ -307,6 +313,12 @@ class QueryService:
         """Plan ``prepared`` and start it; errors here come before any response byte."""
         deadline = prepared.started + self.limits.timeout_s
         slots = await self._acquire_slots(prepared.tenant, deadline)
+        try:
+            self.gate.check()
+        except QueryLimitError:
+            for semaphore in slots:
+                semaphore.release()
+            raise
         loop = asyncio.get_running_loop()
         released = False
 

@@ -36,7 +36,7 @@ from shoal.api.ingest import IngestHandler
 from shoal.api.otlp_grpc import create_server
 from shoal.config import Config
 from shoal.errors import ConfigError
-from shoal.server import records
+from shoal.server import http, records
 from shoal.server.flusher import Flusher
 from shoal.server.ingest import Ingestor
 from shoal.server.metrics import ServerMetrics, StorageMetricsAdapter, WalMetricsAdapter
@@ -249,7 +249,7 @@ class ServerRuntime:
                 port=self.config.http_port,
                 log_config=None,
                 access_log=False,
-                http="httptools",
+                http=http.protocol_class(float(self.config.http_read_timeout_s)),
                 lifespan="off",
                 timeout_graceful_shutdown=max(1, int(self.config.shutdown_timeout_s / 3)),
                 timeout_keep_alive=30,
