@@ -17,6 +17,8 @@ written in-band (see :mod:`shoal.query.encoders`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -30,7 +32,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from shoal.api.auth import Principal, require_role
 from shoal.errors import QueryError, QueryLimitError
 from shoal.query.encoders import ENCODERS, FORMATS, StreamStatus
-from shoal.query.service import QueryResult, QueryService
+from shoal.query.service import Prepared, QueryResult, QueryService
 from shoal.query.tables import AsOf
 
 logger = logging.getLogger(__name__)
@@ -147,6 +149,42 @@ async def _guarded(result: QueryResult, status: StreamStatus) -> AsyncIterator[p
     status.truncated_message = result.truncation_message
 
 
+async def _start(service: QueryService, prepared: Prepared) -> QueryResult:
+    result = await service.execute(prepared)
+    try:
+        await result.prefetch(PREFETCH_BYTES)
+    except BaseException:
+        result.close()  # dropping the stream stops DataFusion's work
+        raise
+    return result
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has closed its connection (the body is already read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _until_first_rows(
+    request: Request, service: QueryService, prepared: Prepared
+) -> QueryResult | None:
+    """Plan and run until the first rows, or None (the query stopped) if the client left.
+
+    Once the answer streams, Starlette notices a disconnect itself and stops the stream."""
+    work = asyncio.ensure_future(_start(service, prepared))
+    watch = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if work.done():
+        return work.result()
+    work.cancel()
+    with contextlib.suppress(asyncio.CancelledError, QueryError):
+        await work
+    return None
+
+
 async def _answer(request: Request, principal: Principal, sql: str, conditional: bool) -> Response:
     service: QueryService = request.app.state.query_service
     retry_after = float(getattr(request.app.state, "retry_after_s", 1.0))
@@ -157,14 +195,12 @@ async def _answer(request: Request, principal: Principal, sql: str, conditional:
         prepared = await service.aprepare(principal.tenant, sql, as_of, variant=fmt)
         if conditional and _etag_matches(request.headers.get("if-none-match"), prepared.etag):
             return Response(status_code=304, headers={"ETag": prepared.etag})
-        result = await service.execute(prepared)
-        try:
-            await result.prefetch(PREFETCH_BYTES)
-        except BaseException:
-            result.close()
-            raise
+        result = await _until_first_rows(request, service, prepared)
     except QueryError as exc:
         return _error(exc, retry_after)
+    if result is None:
+        logger.info("client of tenant %s went away; its query was stopped", principal.tenant)
+        return Response(status_code=499)
     headers = {
         "X-Shoal-Row-Cap": str(service.limits.max_rows),
         "X-Shoal-Tables": ",".join(prepared.tables_read),

@@ -349,14 +349,17 @@ class QueryService:
             schema, stream, session = await asyncio.wait_for(
                 asyncio.shield(future), max(deadline - time.monotonic(), 0.001)
             )
-        except TimeoutError:
-            # The planning thread cannot be interrupted; its slot frees when it ends.
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            # The planning thread cannot be interrupted (the complexity caps keep it short);
+            # its slot frees when it ends.
             def finished(f: asyncio.Future[Any]) -> None:
                 if not f.cancelled() and f.exception() is None:
                     session_box.append(f.result()[2])  # its stream is dropped unread
                 release()
 
             future.add_done_callback(finished)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             logger.warning(
                 "query of tenant %s overran its time limit while planning", prepared.tenant
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -274,3 +275,25 @@ def test_a_full_process_refuses_new_queries_with_a_retryable_answer(tmp_path: Pa
         assert "memory_limit_bytes" in body["error"] and "query_memory_bytes" in body["error"]
     finally:
         server.kill()
+
+
+def test_a_client_that_goes_away_stops_its_query(
+    served: tuple[ServerProcess, dict[str, str]],
+) -> None:
+    server, tokens = served
+    process = psutil.Process(server.proc.pid)  # type: ignore[union-attr]
+    body = SPIN.encode()
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /api/v1/sql HTTP/1.1\r\nHost: x\r\n"
+            + f"Authorization: Bearer {tokens['hostile']}\r\n".encode()
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        assert cpu_over(process, 0.5) > 0.5  # the query is running
+    # gone well before the time limit: the CPU is idle again long before it would expire
+    started = time.monotonic()
+    assert back_to_idle(process, within_s=1.5) <= IDLE_CPU
+    assert time.monotonic() - started < TIMEOUT_S
+    status, answer = sql(server, tokens["calm"], "SELECT count(*) AS n FROM metrics")
+    assert status == 200 and json.loads(answer)["rows"] == [[500]], answer
