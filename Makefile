@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST := $(BIN)/python -m pytest
 
 .PHONY: serve test test-fast test-slow test-spark test-all lint typecheck check \
-        bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-pipeline clean
+        bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-storm bench-pipeline clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,7 +54,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-bench: bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-pipeline
+bench: bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-storm bench-pipeline
 
 bench-wal: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_wal
@@ -73,6 +73,10 @@ bench-replay: $(BENCH_STAMP)
 
 bench-query: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_query
+
+## One tenant's storm of heavy queries against another tenant's queries and ingest.
+bench-storm: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_storm
 
 bench-pipeline: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_pipeline
