@@ -182,6 +182,21 @@ def queries() -> list[Query]:
             f"AND timestamp < {ts(e, w1)}"
         )
 
+    def q5(e: str) -> str:  # a time range and a map lookup in one WHERE
+        return (
+            "SELECT metric_name, avg(value) AS avg, count(*) AS n FROM {t} "
+            f"WHERE timestamp >= {ts(e, h0)} AND timestamp < {ts(e, h1)} "
+            "AND attributes['host'] = 'host-3' GROUP BY metric_name ORDER BY metric_name"
+        )
+
+    def q6(e: str) -> str:  # a time range and a string function in one WHERE
+        upper = "upper" if e != "chdb" else "upperUTF8"
+        return (
+            "SELECT count(*) AS n, max(value) AS max FROM {t} "
+            f"WHERE timestamp >= {ts(e, h0)} AND timestamp < {ts(e, h1)} "
+            f"AND {upper}(metric_name) = 'METRIC_7'"
+        )
+
     return [
         Query(name, f("datafusion"), f("duckdb"), f("chdb"))
         for name, f in (
@@ -189,6 +204,8 @@ def queries() -> list[Query]:
             ("24h by metric,host", q2),
             ("1m buckets 1 series", q3),
             ("7d select *", q4),
+            ("1h + map lookup", q5),
+            ("1h + string function", q6),
         )
     ]
 

@@ -44,6 +44,7 @@ _CLAUSE_ENDS = frozenset(
         "select",
     }
 )
+_STAR_BEFORE = frozenset({"select", ",", "(", "distinct", "all"})
 _SET_OPS = frozenset({"union", "intersect", "except"})
 
 
@@ -104,8 +105,11 @@ def sql_shape(sql: str) -> Shape:
     operators = relations = 0
     depth = 0
     from_depths: list[int] = []  # paren depths at which a FROM list is open
+    previous = ""
     for token in tokens(sql):
-        if token[0] in OPERATOR_CHARS:
+        if token == "*" and previous in _STAR_BEFORE:
+            pass  # SELECT *, count(*): a wildcard, not a multiplication
+        elif token[0] in OPERATOR_CHARS:
             operators += 1
         elif token in _KEYWORD_OPS:
             operators += 1
@@ -123,6 +127,7 @@ def sql_shape(sql: str) -> Shape:
             from_depths.pop()
         elif token == "," and from_depths and from_depths[-1] == depth:
             relations += 1
+        previous = token
     return Shape(operators=operators, relations=relations)
 
 
