@@ -67,8 +67,11 @@ def _p(values: list[float], q: float) -> float:
 
 
 class Phase:
-    def __init__(self, server: ServerProcess, tokens: dict[str, str], storm: bool) -> None:
+    def __init__(
+        self, server: ServerProcess, tokens: dict[str, str], storm: bool, heavy: list[str]
+    ) -> None:
         self.server, self.tokens, self.storm = server, tokens, storm
+        self.heavy_queries = heavy
         self.stop = threading.Event()
         self.calm: list[float] = []
         self.calm_failures: collections.Counter[int] = collections.Counter()
@@ -112,7 +115,7 @@ class Phase:
     def _storm_loop(self, k: int) -> None:
         n = k
         while not self.stop.is_set():
-            query = HEAVY[n % len(HEAVY)]
+            query = self.heavy_queries[n % len(self.heavy_queries)]
             status, _, text = _post(
                 self.server.url + "/api/v1/sql", self.tokens["storm"], query.encode(), "text/plain"
             )
@@ -140,7 +143,20 @@ class Phase:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench_storm")
     parser.add_argument("--phase-s", type=float, default=40.0, help="seconds per phase")
+    parser.add_argument(
+        "--heavy",
+        default="0,1,2,3",
+        help="which heavy queries the storm sends (indices into HEAVY, comma-separated)",
+    )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for the server (e.g. SHOAL_QUERY_MAX_TENANT_SHARE=2); repeatable",
+    )
     args = parser.parse_args(argv)
+    server_env = dict(item.split("=", 1) for item in args.server_env)
     with tempfile.TemporaryDirectory(prefix="shoal-storm-") as tmp:
         data = Path(tmp) / "data"
         store = TokenStore(data)
@@ -148,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             t: store.create(t, frozenset({"ingest", "query"}))[0]
             for t in ("calm", "storm", "ingest")
         }
-        server = ServerProcess(data, log_path=Path(tmp) / "server.log").start()
+        server = ServerProcess(data, env=server_env, log_path=Path(tmp) / "server.log").start()
         try:
             for tenant, points in (("calm", 20_000), ("storm", 20_000)):
                 for i in range(10):
@@ -163,18 +179,20 @@ def main(argv: list[str] | None = None) -> int:
             phases: dict[str, Phase] = {}
             for name, stormy in (("calm", False), ("storm", True)):
                 print(f"phase {name} ...", file=sys.stderr, flush=True)
-                phases[name] = Phase(server, tokens, stormy).run(args.phase_s)
+                heavy = [HEAVY[int(i)] for i in args.heavy.split(",")]
+                phases[name] = Phase(server, tokens, stormy, heavy).run(args.phase_s)
                 time.sleep(2)
             peak = process.memory_info().rss
         finally:
             server.kill()
     calm, storm = phases["calm"], phases["storm"]
-    print("| phase | calm tenant queries | query p50 ms | query p99 ms | failed | "
+    print("| phase | calm tenant queries | query p50 ms | p90 ms | p99 ms | failed | "
           "ingest acks | ack p50 ms | ack p99 ms | failed |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, ph in phases.items():
         print(
-            f"| {name} | {len(ph.calm)} | {_p(ph.calm, 0.5):.0f} | {_p(ph.calm, 0.99):.0f} | "
+            f"| {name} | {len(ph.calm)} | {_p(ph.calm, 0.5):.0f} | {_p(ph.calm, 0.9):.0f} | "
+            f"{_p(ph.calm, 0.99):.0f} | "
             f"{sum(ph.calm_failures.values())} | {len(ph.acks)} | {_p(ph.acks, 0.5):.1f} | "
             f"{_p(ph.acks, 0.99):.1f} | {sum(ph.ack_failures.values())} |"
         )
