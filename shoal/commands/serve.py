@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
+import platform
 
 from shoal.cli import load_config
 
@@ -22,10 +24,31 @@ own ``ARROW_DEFAULT_MEMORY_POOL`` wins. DataFusion has its own allocator (see
 :mod:`shoal.query.allocator`).
 """
 
+MMAP_THRESHOLD = 512 * 1024
+"""Allocations at least this large get pages of their own from the kernel (glibc).
+
+glibc starts at 128 KiB but raises the threshold to the size of each mmapped block that
+is freed (up to 32 MiB); blocks of that size then come from the heap, where a
+long-lived neighbour keeps them resident once freed. With 1 MiB attribute values that
+left 150 MiB resident after a flush of 360 MiB; with the threshold fixed (a ``mallopt``
+call fixes it), 34 MiB. Fixed at 128 KiB, ingest lost about 10% of its throughput
+(every request body mapped and faulted in); at 512 KiB it measured the same as glibc's
+default within noise. An operator's own ``MALLOC_MMAP_THRESHOLD_`` wins.
+"""
+
+
+def fix_mmap_threshold() -> bool:
+    """Fix glibc's mmap threshold at :data:`MMAP_THRESHOLD`; False where not glibc or set."""
+    if platform.libc_ver()[0] != "glibc" or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    m_mmap_threshold = -3
+    return bool(ctypes.CDLL(None).mallopt(m_mmap_threshold, MMAP_THRESHOLD))
+
 
 def run(args: argparse.Namespace) -> int:
     """Load and validate the settings (a bad value exits 2 via the CLI), then serve."""
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", ARROW_POOL)
+    fix_mmap_threshold()
     config = load_config(args)
     level = "DEBUG" if getattr(args, "verbose", False) else config.log_level.upper()
     logging.getLogger().setLevel(level)

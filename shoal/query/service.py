@@ -26,6 +26,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -58,6 +59,19 @@ def limits_from_config(config: Config) -> Limits:
         max_tenant_share=int(config.query_max_tenant_share),
         memory_limit_bytes=int(config.memory_limit_bytes),
     )
+
+
+_MIN_PLANNING_S = 0.05
+"""Time a query must have left when it gets its slot, or it fails with the time limit at once."""
+
+
+@dataclasses.dataclass
+class _Planned:
+    """A planned query handed from the planning thread; ``stream`` is None when abandoned."""
+
+    schema: pa.Schema
+    stream: RecordBatchStream | None
+    session: engine.TenantSession
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,9 +296,7 @@ class QueryService:
             raise
         return tuple(held)
 
-    def _plan(
-        self, prepared: Prepared
-    ) -> tuple[pa.Schema, RecordBatchStream, engine.TenantSession]:
+    def _plan(self, prepared: Prepared, abandoned: threading.Event) -> _Planned:
         session = self.sessions.acquire(prepared.tenant)
         try:
             only = prepared.tables_read
@@ -303,11 +315,14 @@ class QueryService:
                 # Let DataFusion stop (and sort with a top-k) once the row cap is exceeded.
                 frame = frame.limit(self.limits.max_rows + 1)
             schema = frame.schema()
+            if abandoned.is_set():
+                # past its time limit already: starting it would run work nobody reads
+                return _Planned(schema, None, session)
             stream = frame.execute_stream()
         except Exception as exc:
             self.sessions.release(session)
             raise limits.translate(exc, self.limits) from exc
-        return schema, stream, session
+        return _Planned(schema, stream, session)
 
     async def execute(self, prepared: Prepared) -> QueryResult:
         """Plan ``prepared`` and start it; errors here come before any response byte."""
@@ -315,6 +330,9 @@ class QueryService:
         slots = await self._acquire_slots(prepared.tenant, deadline)
         try:
             self.gate.check()
+            if deadline - time.monotonic() < _MIN_PLANNING_S:
+                # a slot freed just before the deadline: the query spent its time waiting
+                raise limits.concurrency_error(self.limits)
         except QueryLimitError:
             for semaphore in slots:
                 semaphore.release()
@@ -344,17 +362,24 @@ class QueryService:
             except RuntimeError:  # the service is shutting down
                 finish(list(session_box))
 
-        future = loop.run_in_executor(self._executor, self._plan, prepared)
+        abandoned = threading.Event()
+        future = loop.run_in_executor(self._executor, self._plan, prepared, abandoned)
         try:
-            schema, stream, session = await asyncio.wait_for(
+            planned = await asyncio.wait_for(
                 asyncio.shield(future), max(deadline - time.monotonic(), 0.001)
             )
         except (TimeoutError, asyncio.CancelledError) as exc:
             # The planning thread cannot be interrupted (the complexity caps keep it short);
-            # its slot frees when it ends.
-            def finished(f: asyncio.Future[Any]) -> None:
+            # it starts nothing once abandoned, and its slot frees when it ends.
+            abandoned.set()
+
+            def finished(f: asyncio.Future[_Planned]) -> None:
                 if not f.cancelled() and f.exception() is None:
-                    session_box.append(f.result()[2])  # its stream is dropped unread
+                    late = f.result()
+                    # A started stream runs its partitions until it is dropped, and the
+                    # future keeps its result alive: drop the stream itself.
+                    late.stream = None
+                    session_box.append(late.session)
                 release()
 
             future.add_done_callback(finished)
@@ -367,8 +392,10 @@ class QueryService:
         except BaseException:
             release()
             raise
-        session_box.append(session)
-        return QueryResult(schema, stream, deadline, self.limits, release, prepared)
+        session_box.append(planned.session)
+        stream, planned.stream = planned.stream, None
+        assert stream is not None
+        return QueryResult(planned.schema, stream, deadline, self.limits, release, prepared)
 
     async def run(
         self, tenant: str, sql: str, as_of: AsOf | None = None

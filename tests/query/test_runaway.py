@@ -216,6 +216,8 @@ def test_a_tenant_whose_queries_are_stuck_leaves_slots_to_the_others(
     assert waited < TIMEOUT_S, waited  # answered while the stuck queries still ran
     assert {code for code, _ in outcomes} <= {400, 429}, outcomes
     assert all("query_timeout_s" in text or "query_max_concurrency" in text for _, text in outcomes)
+    # a query that got its slot only as its time ran out starts nothing that keeps running
+    assert back_to_idle(psutil.Process(server.proc.pid)) <= IDLE_CPU  # type: ignore[union-attr]
 
 
 MEMORY_HOGS = [
