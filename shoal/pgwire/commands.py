@@ -114,7 +114,7 @@ class LocalResult:
 def _check_setting(name: str, value: str) -> str:
     """The value stored for ``SET name = value``; refuses what shoal cannot honour."""
     lowered = value.strip().lower()
-    if name in _READ_ONLY_SETTINGS:
+    if name in _READ_ONLY_SETTINGS or name.startswith("datafusion."):
         raise CommandError("55P02", f'parameter "{name}" cannot be changed')
     if name == "client_encoding" and lowered.replace("-", "").replace("_", "") not in {
         "utf8",

@@ -1,0 +1,348 @@
+"""Real PostgreSQL clients against a real ``shoal serve``: psycopg 3, asyncpg and psql."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import decimal
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import asyncpg
+import psycopg
+import pytest
+
+from .conftest import PgServer
+
+PSQL = shutil.which("psql")
+LONG_QUERY = "SELECT max(value * 3 % 7 + value) AS m FROM range(200000000000)"
+"""Runs for minutes unless stopped (about 2e11 rows of arithmetic)."""
+
+
+def _psql(pg: PgServer, *args: str, tenant: str = "acme") -> subprocess.CompletedProcess[str]:
+    assert PSQL is not None, "psql is installed by .ci/run (postgresql-client)"
+    env = dict(os.environ, PGPASSWORD=pg.tokens[tenant], PGCONNECT_TIMEOUT="10")
+    return subprocess.run(
+        [PSQL, "-X", "-h", "127.0.0.1", "-p", str(pg.port), "-U", tenant, "-d", "shoal", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+# -- psycopg (extended protocol) ----------------------------------------------------------
+
+
+def test_psycopg_text_and_binary_results_with_server_side_parameters(pg: PgServer) -> None:
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        cur = conn.execute(
+            "SELECT timestamp, severity_number, severity_text, body, attributes, trace_id "
+            "FROM logs WHERE severity_number >= %s AND timestamp >= %s "
+            "ORDER BY timestamp LIMIT %s",
+            (9, dt.datetime(2026, 1, 1, tzinfo=dt.UTC), 5),
+        )
+        assert [c.name for c in cur.description] == [
+            "timestamp", "severity_number", "severity_text", "body", "attributes", "trace_id",
+        ]  # fmt: skip
+        assert [c.type_code for c in cur.description] == [1184, 23, 25, 25, 114, 25]
+        rows = cur.fetchall()
+        assert len(rows) == 5
+        first = rows[0]
+        assert first[0] == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+        assert first[1] >= 9
+        assert isinstance(first[4], dict) and "http.route" in first[4]
+        assert all(a[0] <= b[0] for a, b in itertools.pairwise(rows))
+
+        binary = conn.cursor(binary=True)
+        binary.execute(
+            "SELECT timestamp, severity_number, body, attributes, flags, "
+            "CAST(1.5 AS DOUBLE) AS f, true AS b, CAST('2026-01-02' AS DATE) AS d, "
+            "X'00ff' AS raw, [1, 2, 3] AS arr, CAST(12.50 AS DECIMAL(10, 2)) AS n "
+            "FROM logs ORDER BY timestamp LIMIT 2"
+        )
+        rows = binary.fetchall()
+        assert rows[0][0] == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+        assert isinstance(rows[0][1], int) and isinstance(rows[0][2], str)
+        assert isinstance(rows[0][3], dict)
+        assert rows[0][5:] == (
+            1.5, True, dt.date(2026, 1, 2), b"\x00\xff", [1, 2, 3], decimal.Decimal("12.50"),
+        )  # fmt: skip
+
+        text = conn.execute(
+            "SELECT [1, 2, 3] AS arr, CAST(12.50 AS DECIMAL(10, 2)) AS n, "
+            "CAST('2026-01-02' AS DATE) AS d, X'00ff' AS raw, CAST('NaN' AS DOUBLE) AS nan"
+        ).fetchone()
+        assert text is not None
+        assert text[:4] == ([1, 2, 3], decimal.Decimal("12.50"), dt.date(2026, 1, 2), b"\x00\xff")
+        assert text[4] != text[4]  # NaN
+
+        # the same prepared statement, many times, with parameters of several types
+        for severity in (1, 9, 17):
+            (count,) = conn.execute(
+                "SELECT count(*) FROM logs WHERE severity_number >= %s", (severity,), prepare=True
+            ).fetchone() or (None,)
+            (expected,) = conn.execute(
+                f"SELECT count(*) FROM logs WHERE severity_number >= {severity}"
+            ).fetchone() or (None,)
+            assert count == expected and count is not None
+        quoted = conn.execute("SELECT %s AS s, %s AS n", ("it's; DROP TABLE logs --", None))
+        assert quoted.fetchone() == ("it's; DROP TABLE logs --", None)
+
+
+def test_psycopg_errors_carry_sqlstate_and_the_session_goes_on(pg: PgServer) -> None:
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.UndefinedColumn) as info:
+            conn.execute("SELECT no_such_column FROM logs")
+        assert info.value.sqlstate == "42703"
+        with pytest.raises(psycopg.errors.SyntaxError):
+            conn.execute("SELEC 1")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("SELECT * FROM no_such_table")
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("DROP TABLE logs")
+        assert refused.value.sqlstate is not None
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            conn.execute("SELECT %s::int AS x", ("seven",))
+        # the connection is still usable after every error
+        assert conn.execute("SELECT count(*) FROM spans").fetchone() == (100,)
+
+    # a transaction (psycopg's default) works, and so does an error inside it
+    with psycopg.connect(pg.dsn()) as conn:
+        assert conn.execute("SELECT count(*) FROM logs").fetchone() == (300,)
+        conn.commit()
+        with pytest.raises(psycopg.errors.UndefinedColumn):
+            conn.execute("SELECT nope FROM logs")
+        conn.rollback()
+        assert conn.execute("SELECT 1 AS one").fetchone() == (1,)
+
+
+def test_psycopg_session_settings_and_catalog(pg: PgServer) -> None:
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        assert (
+            conn.info.parameter_status(
+                "server_version",
+            )
+            is not None
+        )
+        assert conn.info.server_version >= 140000
+        assert conn.info.parameter_status("standard_conforming_strings") == "on"
+        conn.execute("SET application_name = 'dashboards'")
+        conn.execute("SET TIME ZONE 'UTC'")
+        conn.execute("SET extra_float_digits = 3")
+        assert conn.execute("SHOW application_name").fetchone() == ("dashboards",)
+        assert conn.execute("SHOW TimeZone").fetchone() == ("UTC",)
+        row = conn.execute(
+            "SELECT version() AS v, current_setting('server_version') AS s, current_database() AS d"
+        ).fetchone()
+        assert row is not None and row[0].startswith("PostgreSQL ") and row[2] == "shoal"
+        assert row[1].startswith("16.")
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute("SET client_encoding = 'LATIN1'")
+        with pytest.raises(psycopg.Error):
+            conn.execute("SET datafusion.execution.batch_size = 1")
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = 'public' ORDER BY table_name"
+        ).fetchall()
+        assert tables == [("logs",), ("metrics",), ("spans",)]
+        columns = conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_name = 'logs' ORDER BY ordinal_position"
+        ).fetchall()
+        assert columns[0][0] == "timestamp" and len(columns) > 10
+
+
+def test_wrong_or_missing_token_gets_28P01_and_roles_are_checked(pg: PgServer) -> None:
+    with pytest.raises(psycopg.OperationalError) as info:
+        psycopg.connect(pg.dsn(password="shoal_00000000_" + "A" * 43))
+    assert "28P01" in str(info.value) or "password authentication failed" in str(info.value)
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(pg.dsn(password="not-a-token"))
+    with pytest.raises(psycopg.OperationalError, match="lacks the 'query' role"):
+        psycopg.connect(pg.dsn(password=pg.tokens["ingest-only"]))
+    with pytest.raises(psycopg.OperationalError, match='database "postgres" does not exist'):
+        psycopg.connect(pg.dsn(dbname="postgres"))
+    # the server is unharmed
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        assert conn.execute("SELECT 1 AS x").fetchone() == (1,)
+
+
+def test_without_tls_configured_sslrequest_is_answered_n(pg: PgServer) -> None:
+    with pytest.raises(psycopg.OperationalError, match="server does not support SSL"):
+        psycopg.connect(pg.dsn(sslmode="require"))
+    with psycopg.connect(pg.dsn(sslmode="prefer"), autocommit=True) as conn:
+        assert conn.pgconn.ssl_in_use is False
+        assert conn.execute("SELECT 2 AS x").fetchone() == (2,)
+
+
+# -- tenancy -------------------------------------------------------------------------------
+
+
+def test_tenants_see_only_their_own_rows(pg: PgServer) -> None:
+    with (
+        psycopg.connect(pg.dsn("acme"), autocommit=True) as acme,
+        psycopg.connect(pg.dsn("globex"), autocommit=True) as globex,
+    ):
+        acme_traces = {r[0] for r in acme.execute("SELECT DISTINCT trace_id FROM spans")}
+        globex_traces = {r[0] for r in globex.execute("SELECT DISTINCT trace_id FROM spans")}
+        assert acme_traces and globex_traces and not acme_traces & globex_traces
+        for trace in list(globex_traces)[:3]:
+            found = acme.execute("SELECT count(*) FROM spans WHERE trace_id = %s", (trace,))
+            assert found.fetchone() == (0,)
+
+
+def test_tenancy_attack_list_through_psycopg_returns_nothing_of_the_other_tenant(
+    pg: PgServer, tmp_path: Path
+) -> None:
+    from tests.query.test_isolation import adversarial
+
+    other = {r for r in _values(pg, "globex", "SELECT DISTINCT trace_id FROM spans")}
+    other |= set(_values(pg, "globex", "SELECT DISTINCT trace_id FROM logs"))
+    assert other
+    out = tmp_path / "out"
+    out.mkdir()
+    refused = 0
+    with psycopg.connect(pg.dsn("acme"), autocommit=True) as conn:
+        for query in adversarial(pg.process.data_dir, out):
+            try:
+                rows = conn.execute(query).fetchall() if "%" not in query else []
+            except psycopg.Error as exc:
+                refused += 1
+                assert "Traceback" not in str(exc)
+                continue
+            seen = repr(rows)
+            assert not any(trace in seen for trace in other), query[:80]
+        # acme itself still works
+        assert conn.execute("SELECT count(*) FROM logs").fetchone() == (300,)
+    assert refused >= 20
+    assert list(out.iterdir()) == []
+
+
+def _values(pg: PgServer, tenant: str, sql: str) -> list[str]:
+    with psycopg.connect(pg.dsn(tenant), autocommit=True) as conn:
+        return [str(r[0]) for r in conn.execute(sql) if r[0] is not None]
+
+
+# -- cancel ---------------------------------------------------------------------------------
+
+
+def test_psycopg_cancel_stops_the_running_query(pg: PgServer) -> None:
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        timer = threading.Timer(1.0, conn.cancel_safe)
+        timer.start()
+        try:
+            with pytest.raises(psycopg.errors.QueryCanceled) as info:
+                conn.execute(LONG_QUERY)
+        finally:
+            timer.cancel()
+        # cancelled by the request, not stopped by the query time limit (also 57014)
+        assert "canceling statement due to user request" in str(info.value)
+        # the session goes on, and the query's work has stopped: the server's CPU use
+        # falls back to idle
+        assert conn.execute("SELECT 3 AS x").fetchone() == (3,)
+    time.sleep(0.5)
+    before = pg.process.cpu_seconds()
+    time.sleep(2.0)
+    assert pg.process.cpu_seconds() - before < 1.0
+
+
+# -- asyncpg (binary, prepared statements; strict about the protocol) ------------------------
+
+
+def test_asyncpg_prepared_statements_binary_results_and_cancel(pg: PgServer) -> None:
+    async def run() -> None:
+        conn = await asyncpg.connect(
+            host="127.0.0.1", port=pg.port, user="acme", password=pg.tokens["acme"],
+            database="shoal",
+        )  # fmt: skip
+        try:
+            rows = await conn.fetch(
+                "SELECT timestamp, severity_number, body, attributes FROM logs "
+                "ORDER BY timestamp LIMIT 3"
+            )
+            assert rows[0]["timestamp"] == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+            assert isinstance(rows[0]["severity_number"], int)
+            assert '"http.route"' in rows[0]["attributes"]
+            statement = await conn.prepare(
+                "SELECT count(*) AS n FROM logs WHERE severity_number > $1::int "
+                "AND timestamp >= $2::timestamptz"
+            )
+            assert [a.name for a in statement.get_parameters()] == ["int4", "timestamptz"]
+            since = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+            high = await statement.fetchval(16, since)
+            low = await statement.fetchval(0, since)
+            assert 0 < high < low <= 300
+            async with conn.transaction():
+                cursor = conn.cursor("SELECT span_id FROM spans ORDER BY timestamp", prefetch=13)
+                ids = [r["span_id"] async for r in cursor]
+            assert len(ids) == 100
+            with pytest.raises(asyncpg.PostgresError) as info:
+                await conn.fetch("SELECT missing FROM spans")
+            assert info.value.sqlstate == "42703"
+            with pytest.raises(asyncio.TimeoutError):
+                await conn.fetchval(LONG_QUERY, timeout=1.0)  # asyncpg cancels on timeout
+            assert await conn.fetchval("SELECT 5 AS x") == 5
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+# -- psql (simple protocol) ----------------------------------------------------------------
+
+
+def test_psql_queries_errors_and_copy(pg: PgServer, tmp_path: Path) -> None:
+    done = _psql(
+        pg,
+        "-c", "SELECT count(*) AS n FROM logs",
+        "-c", "SELECT severity_text, count(*) FROM logs GROUP BY 1 ORDER BY 1",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert " 300" in done.stdout and "ERROR" in done.stdout and "INFO" in done.stdout
+    bad = _psql(pg, "-v", "ON_ERROR_STOP=0", "-c", "SELECT nope FROM logs; SELECT 7 AS seven")
+    assert "ERROR" in bad.stderr and "nope" in bad.stderr
+    target = tmp_path / "out.tsv"
+    copied = _psql(
+        pg, "-c", f"\\copy (SELECT span_id, name FROM spans ORDER BY timestamp) TO '{target}'"
+    )
+    assert copied.returncode == 0, copied.stderr
+    assert "COPY 100" in copied.stdout
+    lines = target.read_text().splitlines()
+    assert len(lines) == 100 and all(len(line.split("\t")) == 2 for line in lines)
+    anon = subprocess.run(
+        [PSQL or "psql", "-X", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "x", "-d", "shoal",
+         "-w", "-c", "SELECT 1"],
+        env=dict(os.environ, PGPASSWORD=""),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert anon.returncode != 0  # tokens exist: no password, no session
+
+
+def test_psql_ctrl_c_cancels_a_long_query(pg: PgServer) -> None:
+    assert PSQL is not None
+    env = dict(os.environ, PGPASSWORD=pg.tokens["acme"])
+    proc = subprocess.Popen(
+        [PSQL, "-X", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "acme", "-d", "shoal",
+         "-c", LONG_QUERY],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "canceling statement due to user request" in err
