@@ -212,7 +212,7 @@ def decode_numeric(raw: bytes) -> decimal.Decimal:
         for i, d in enumerate(digits):
             value += decimal.Decimal(d).scaleb(4 * (weight - i))
         value = value.quantize(decimal.Decimal(1).scaleb(-min(dscale, 1000)))
-    return -value if sign == 0x4000 else value
+        return value.copy_negate() if sign == 0x4000 else value
 
 
 def literal(raw: bytes | None, oid: int, fmt: int) -> str:
