@@ -19,18 +19,21 @@ import asyncio
 import dataclasses
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import pyarrow as pa
 
 from shoal.errors import QueryError
-from shoal.pgwire import codec, commands, params, results
+from shoal.pgwire import catalog, codec, commands, params, results
 from shoal.pgwire.sqltext import SqlTextError, split_statements, substitute
 from shoal.query.service import QueryResult, QueryService
 
 logger = logging.getLogger(__name__)
 
+CATALOG_TTL_S = 5.0
+"""How long a session reuses the tenant's table schemas for catalog queries."""
 FLUSH_BYTES = 256 * 1024
 """Wait for the socket to drain once this much is buffered."""
 
@@ -107,6 +110,7 @@ class Session:
         self.skip_until_sync = False
         self._task: asyncio.Task[Any] | None = None
         self._cancel_requested = False
+        self._catalog: tuple[float, dict[str, pa.Table]] | None = None
 
     # -- cancellation ---------------------------------------------------------------
 
@@ -172,14 +176,55 @@ class Session:
         return local
 
     async def _start(self, sql: str) -> QueryResult:
-        text = commands.rewrite_functions(sql, self.settings, self.user, self.pid)
-        prepared = await self.service.aprepare(self.tenant, text)
+        prepared = await self.service.aprepare(self.tenant, sql)
         return await self.service.execute(prepared)
 
+    async def _catalog_tables(self) -> dict[str, pa.Table]:
+        """The catalog of the tenant's tables, built from their schemas as the query service
+        reports them (so a tenant's catalog shows only what its SQL can read)."""
+        now = time.monotonic()
+        if self._catalog is not None and now - self._catalog[0] < CATALOG_TTL_S:
+            return self._catalog[1]
+        listing = await self._start(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = 'public' ORDER BY table_name"
+        )
+        names = [str(n) for n in (await listing.to_table()).column(0).to_pylist()]
+        schemas: dict[str, pa.Schema] = {}
+        for name in names:
+            quoted = '"' + name.replace('"', '""') + '"'
+            result = await self._start(f"SELECT * FROM {quoted} LIMIT 0")
+            result.close()
+            schemas[name] = result.schema
+        tables = catalog.build_tables(schemas, self.settings)
+        self._catalog = (now, tables)
+        return tables
+
+    async def _run(
+        self, sql: str
+    ) -> tuple[pa.Schema, AsyncIterator[pa.RecordBatch], QueryResult | None]:
+        """Start ``sql``: a catalog query here, anything else in the tenant's session."""
+        text = commands.rewrite_functions(sql, self.settings, self.user, self.pid)
+        if catalog.uses_catalog(text):
+            tables = await self._catalog_tables()
+            timeout = self.service.limits.timeout_s
+            loop = asyncio.get_running_loop()
+            future = loop.run_in_executor(None, catalog.run, text, tables)
+            try:
+                table = await asyncio.wait_for(future, timeout)
+            except TimeoutError:
+                raise SessionError("57014", f"catalog query exceeded {timeout:g}s") from None
+            except commands.CommandError as exc:
+                raise SessionError(exc.code, str(exc)) from None
+            return table.schema, results.table_batches(table), None
+        result = await self._start(text)
+        return result.schema, result.batches(), result
+
     async def _schema_of(self, sql: str) -> pa.Schema:
-        result = await self._start(sql)
-        result.close()
-        return result.schema
+        schema, _, result = await self._run(sql)
+        if result is not None:
+            result.close()
+        return schema
 
     def _complete_local(self, local: commands.LocalResult) -> None:
         for name, value in local.changed.items():
@@ -223,11 +268,9 @@ class Session:
 
     async def _open(self, portal: Portal) -> None:
         """Start the portal's query (once); its schema is known afterwards."""
-        if portal.local is not None or portal.result is not None or portal.done:
+        if portal.local is not None or portal.schema is not None or portal.done:
             return
-        portal.result = await self._start(portal.sql)
-        portal.schema = portal.result.schema
-        portal.batches = portal.result.batches()
+        portal.schema, portal.batches, portal.result = await self._run(portal.sql)
 
     # -- simple query protocol ------------------------------------------------------
 

@@ -346,3 +346,108 @@ def test_psql_ctrl_c_cancels_a_long_query(pg: PgServer) -> None:
         if proc.poll() is None:
             proc.kill()
     assert "canceling statement due to user request" in err
+
+
+# -- catalog: psql's \dt and \d, Grafana's query builder, and Grafana's macros --------------
+
+
+def test_psql_lists_and_describes_tables(pg: PgServer) -> None:
+    listed = _psql(pg, "-c", "\\dt")
+    assert listed.returncode == 0 and not listed.stderr, listed.stderr
+    for name in ("logs", "metrics", "spans"):
+        assert f"public | {name}" in listed.stdout
+    described = _psql(pg, "-c", "\\d logs")
+    assert described.returncode == 0 and not described.stderr, described.stderr
+    assert 'Table "public.logs"' in described.stdout
+    lines = {line.split("|")[0].strip(): line for line in described.stdout.splitlines()}
+    assert "timestamp with time zone" in lines["timestamp"] and "not null" in lines["timestamp"]
+    assert "json" in lines["attributes"] and "text" in lines["trace_id"]
+    databases = _psql(pg, "-c", "\\l")
+    assert databases.returncode == 0 and " shoal " in databases.stdout, databases.stderr
+
+
+GRAFANA_SEARCH_PATH = (
+    "SELECT CASE WHEN trim(s[i]) = '\"$user\"' THEN user ELSE trim(s[i]) END FROM "
+    "generate_series(array_lower(string_to_array(current_setting('search_path'),','),1), "
+    "array_upper(string_to_array(current_setting('search_path'),','),1)) as i, "
+    "string_to_array(current_setting('search_path'),',') s"
+)
+
+
+def test_grafana_meta_queries(pg: PgServer) -> None:
+    """The queries Grafana's PostgreSQL data source sends to fill its query builder."""
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        version = conn.execute(
+            "SELECT current_setting('server_version_num')::int/100 as version"
+        ).fetchone()
+        assert version == (1600,)
+        assert (
+            conn.execute(
+                "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'"
+            ).fetchall()
+            == []
+        )
+        schemas = conn.execute(
+            'SELECT schema_name AS "name" FROM information_schema.schemata WHERE schema_name '
+            "NOT IN ('information_schema', 'pg_catalog', 'pg_toast') ORDER BY schema_name"
+        ).fetchall()
+        assert schemas == [("public",)]
+        tables = conn.execute(
+            f"SELECT CASE WHEN quote_ident(table_schema) IN ({GRAFANA_SEARCH_PATH}) "
+            "THEN quote_ident(table_name) "
+            "ELSE quote_ident(table_schema) || '.' || quote_ident(table_name) END AS \"table\" "
+            "FROM information_schema.tables WHERE quote_ident(table_schema) NOT IN "
+            "('information_schema', 'pg_catalog') ORDER BY 1"
+        ).fetchall()
+        assert tables == [("logs",), ("metrics",), ("spans",)]
+        columns = conn.execute(
+            'SELECT quote_ident(column_name) AS "column", data_type AS "type" '
+            "FROM information_schema.columns WHERE "
+            "CASE WHEN array_length(parse_ident('spans'),1) = 2 "
+            "THEN quote_ident(table_schema) = (parse_ident('spans'))[1] "
+            "AND quote_ident(table_name) = (parse_ident('spans'))[2] "
+            "ELSE quote_ident(table_name) = 'spans' "
+            f"AND quote_ident(table_schema) IN ({GRAFANA_SEARCH_PATH}) END"
+        ).fetchall()
+        types = dict(columns)
+        assert types["timestamp"] == "timestamp with time zone"
+        assert types["duration_ns"] == "bigint" and types["name"] == "text"
+
+
+def test_grafana_macro_expansions_run(pg: PgServer) -> None:
+    """The SQL Grafana's macros expand to ($__timeFilter, $__timeGroup[Alias], $__timeEpoch,
+    $__unixEpochFilter, $__unixEpochNanoFilter, $__unixEpochGroup, $__timeFrom/$__timeTo),
+    sent with the simple protocol as Grafana does."""
+    frm, to = "'2025-12-31T23:00:00Z'", "'2026-01-01T01:00:00.5Z'"
+    queries = {
+        "volume": (
+            'SELECT floor(extract(epoch from timestamp)/60)*60 AS "time", severity_text, '
+            f"count(*) AS n FROM logs WHERE timestamp BETWEEN {frm} AND {to} "
+            "GROUP BY 1, 2 ORDER BY 1"
+        ),
+        "epoch": (
+            'SELECT extract(epoch from timestamp) as "time", body FROM logs '
+            "WHERE time_unix_nano >= 1767222000000000000 AND time_unix_nano <= "
+            "1767229200000000000 ORDER BY 1 LIMIT 5"
+        ),
+        "unix": (
+            'SELECT floor((start_time_unix_nano / 1000000000)/300)*300 AS "time", count(*) AS n '
+            "FROM spans WHERE start_time_unix_nano / 1000000000 >= 1767222000 AND "
+            "start_time_unix_nano / 1000000000 <= 1767229200 GROUP BY 1"
+        ),
+        "slowest": (
+            'SELECT to_timestamp(floor(extract(epoch from timestamp)/0.5)*0.5) AS "time", '
+            f"name, duration_ns FROM spans WHERE timestamp >= {frm} AND timestamp <= {to} "
+            "ORDER BY duration_ns DESC LIMIT 10"
+        ),
+    }
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        got = {name: conn.execute(sql).fetchall() for name, sql in queries.items()}
+    assert sum(row[2] for row in got["volume"]) == 300
+    assert got["volume"][0][0] == 1767225600.0
+    assert len(got["epoch"]) == 5
+    assert got["unix"] == [(1767225600, 100)]
+    assert len(got["slowest"]) == 10 and got["slowest"][0][0].year == 2026
+    # the same through psql, one multi-statement string as a dashboard may send
+    done = _psql(pg, "-c", queries["volume"] + "; " + queries["unix"])
+    assert done.returncode == 0 and "1767225600" in done.stdout, done.stderr
