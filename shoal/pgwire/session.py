@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from shoal.errors import QueryError
-from shoal.pgwire import catalog, codec, commands, params, results
+from shoal.pgwire import catalog, catalog_tables, codec, commands, params, results
 from shoal.pgwire.sqltext import SqlTextError, split_statements, substitute
 from shoal.query.service import QueryResult, QueryService
 
@@ -196,7 +196,7 @@ class Session:
             result = await self._start(f"SELECT * FROM {quoted} LIMIT 0")
             result.close()
             schemas[name] = result.schema
-        tables = catalog.build_tables(schemas, self.settings)
+        tables = catalog_tables.build_tables(schemas, self.settings)
         self._catalog = (now, tables)
         return tables
 
