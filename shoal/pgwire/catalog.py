@@ -100,6 +100,25 @@ def _functions() -> list[Any]:
 
 _FUNCTIONS: list[Any] | None = None
 
+_CATALOG_OIDS = {"pg_class": 1259, "pg_namespace": 2615, "pg_type": 1247, "pg_proc": 1255}
+_REGCLASS_LITERAL = re.compile(
+    r"'((?:[^']|'')*)'\s*::\s*(?:pg_catalog\s*\.\s*)?regclass\b", re.IGNORECASE
+)
+
+
+def _regclass_literals(sql: str) -> str:
+    """``'name'::regclass`` as the relation's OID (a subquery over pg_class for a table)."""
+
+    def oid(m: re.Match[str]) -> str:
+        name = m.group(1).replace("''", "'").removeprefix("pg_catalog.").removeprefix("public.")
+        if name in _CATALOG_OIDS:
+            return str(_CATALOG_OIDS[name])
+        quoted = "'" + name.replace("'", "''") + "'"
+        return f"(SELECT min(oid) FROM pg_class WHERE relname = {quoted})"
+
+    return _REGCLASS_LITERAL.sub(oid, sql)
+
+
 _REWRITES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([~!*<>=]+)\s*\)", re.IGNORECASE), r"\1"),
     (
@@ -222,6 +241,7 @@ def _search_path_schemas(sql: str) -> str:
 
 def rewrite(sql: str, empty: frozenset[str] = frozenset()) -> str:
     """``sql`` in the dialect the catalog context understands."""
+    sql = _regclass_literals(sql)
     for pattern, replacement in _REWRITES:
         sql = replace_in_code(sql, pattern, replacement)
     sql = _search_path_schemas(sql)

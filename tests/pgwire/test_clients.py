@@ -451,3 +451,35 @@ def test_grafana_macro_expansions_run(pg: PgServer) -> None:
     # the same through psql, one multi-statement string as a dashboard may send
     done = _psql(pg, "-c", queries["volume"] + "; " + queries["unix"])
     assert done.returncode == 0 and "1767225600" in done.stdout, done.stderr
+
+
+# -- JDBC (Debian's libpostgresql-jdbc-java, from a small Java program) ----------------------
+
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+PROBE = Path(__file__).parent / "clients" / "JdbcProbe.java"
+
+
+def test_jdbc_metadata_and_a_prepared_statement_with_a_timestamp(pg: PgServer) -> None:
+    java = shutil.which("java")
+    assert java is not None, "Java 17 is part of the project's requirements (README)"
+    assert JDBC_JAR.is_file(), ".ci/run installs libpostgresql-jdbc-java"
+    done = subprocess.run(
+        [java, "-cp", str(JDBC_JAR), str(PROBE), f"jdbc:postgresql://127.0.0.1:{pg.port}/shoal",
+         "reporting", pg.tokens["acme"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    assert out["product"].startswith("PostgreSQL 16.0")
+    assert out["tables"] == "public.logs,public.metrics,public.spans,"
+    columns = dict(item.split(":") for item in out["columns"].strip(",").split(","))
+    assert columns["timestamp"] == "timestamptz" and columns["duration_ns"] == "int8"
+    assert columns["attributes"] == "json" and columns["kind"] == "int4"
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        expected = conn.execute("SELECT count(*) FROM logs WHERE severity_number >= 9").fetchone()
+    assert expected is not None
+    for run in range(6):  # the driver switches to a named server-side statement on run 5
+        assert out[f"count{run}"] == f"{expected[0]} first=2026-01-01T00:00Z"
+    assert out["fetched"] == "100"  # fetched 7 rows at a time through a portal
