@@ -483,3 +483,80 @@ def test_jdbc_metadata_and_a_prepared_statement_with_a_timestamp(pg: PgServer) -
     for run in range(6):  # the driver switches to a named server-side statement on run 5
         assert out[f"count{run}"] == f"{expected[0]} first=2026-01-01T00:00Z"
     assert out["fetched"] == "100"  # fetched 7 rows at a time through a portal
+
+
+# -- Go: lib/pq and pgconn, the drivers of Grafana's PostgreSQL data source -------------------
+
+GO_CLIENTS = Path(__file__).parent / "clients"
+GOPATH = "/usr/share/gocode"  # Debian's golang-github-*-dev packages
+
+
+@pytest.fixture(scope="module")
+def go_probes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    go = shutil.which("go")
+    assert go is not None, ".ci/run installs golang-go"
+    out = tmp_path_factory.mktemp("go")
+    env = dict(os.environ, GO111MODULE="off", GOPATH=GOPATH, GOCACHE=str(out / "cache"))
+    built = {}
+    for name in ("pqprobe", "pgconnprobe"):
+        target = out / name
+        done = subprocess.run(
+            [go, "build", "-o", str(target), "."],
+            cwd=GO_CLIENTS / name,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        built[name] = target
+    return built
+
+
+def _grafana_queries(trace_id: str) -> list[str]:
+    """A time-series, a logs and a traces query as Grafana sends them, macros expanded."""
+    window = "BETWEEN '2025-12-31T23:00:00Z' AND '2026-01-01T01:00:00Z'"
+    return [
+        'SELECT floor(extract(epoch from timestamp)/60)*60 AS "time", metric_name AS metric, '
+        f"avg(value) AS value FROM metrics WHERE timestamp {window} "
+        "GROUP BY 1, 2 ORDER BY 1",
+        'SELECT timestamp AS "time", severity_text AS level, body, trace_id FROM logs '
+        f"WHERE timestamp {window} AND severity_number >= 17 ORDER BY timestamp DESC LIMIT 100",
+        'SELECT trace_id AS "traceID", span_id AS "spanID", parent_span_id AS "parentSpanID", '
+        'service_name AS "serviceName", name AS "operationName", '
+        'extract(epoch from timestamp) * 1000 AS "startTime", '
+        'duration_ns / 1000000.0 AS "duration", attributes AS "tags" '
+        f"FROM spans WHERE trace_id = '{trace_id}' ORDER BY timestamp",
+    ]
+
+
+def test_go_lib_pq_and_pgconn_run_grafanas_queries(
+    pg: PgServer, go_probes: dict[str, Path]
+) -> None:
+    trace_id = _values(pg, "acme", "SELECT trace_id FROM spans LIMIT 1")[0]
+    queries = _grafana_queries(trace_id)
+    dsn = pg.dsn(sslmode="disable")
+    pq = subprocess.run(
+        [str(go_probes["pqprobe"]), dsn, *queries], capture_output=True, text=True, timeout=60
+    )
+    assert pq.returncode == 0, pq.stderr
+    lines = dict(line.split("\t", 1) for line in pq.stdout.splitlines())
+    assert lines["health"] == "1"
+    assert lines["columns0"] == "time,metric,value\tFLOAT8,TEXT,FLOAT8"
+    assert int(lines["rows0"]) > 0 and int(lines["rows1"]) > 0
+    assert lines["columns2"].startswith("traceID,spanID,parentSpanID,serviceName,operationName")
+    assert lines["rows2"] == "5"  # five spans per trace in the fixture's data
+
+    # pgconn: one Exec of all three queries, as a dashboard refresh may send them
+    pgconn = subprocess.run(
+        [str(go_probes["pgconnprobe"]), dsn, "; ".join(queries)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert pgconn.returncode == 0, pgconn.stderr
+    results = [line.split("\t") for line in pgconn.stdout.splitlines()]
+    assert results[0] == ["server_version", "16.0 (shoal 0.1.0)"]
+    assert [r[0] for r in results[1:]] == ["result0.0", "result0.1", "result0.2"]
+    assert results[1][1] == "time:701,metric:25,value:701"
+    assert results[3][2] == "5" and results[3][3] == "SELECT 5"
