@@ -270,8 +270,23 @@ def _replace(sql: str, pattern: re.Pattern[str], make: Callable[[re.Match[str]],
         out.append(sql[last : m.start()])
         out.append(make(m))
         last = m.end()
+        if _is_select_item(sql, m.start(), m.end()):
+            # a whole select item keeps the name PostgreSQL gives it (version, ...)
+            name = re.sub(r"^(?:pg_catalog\s*\.\s*)?(\w+).*$", r"\1", m.group(0), flags=re.S)
+            out.append(f' AS "{name.lower()}"')
     out.append(sql[last:])
     return "".join(out)
+
+
+_ITEM_BEFORE = re.compile(r"(?:\bselect|,)\s*$", re.IGNORECASE)
+_ITEM_AFTER = re.compile(r"^\s*(?:,|\bfrom\b|;|$)", re.IGNORECASE)
+
+
+def _is_select_item(sql: str, start: int, end: int) -> bool:
+    """Whether ``sql[start:end]`` is a whole, unaliased item of a select list."""
+    return bool(_ITEM_BEFORE.search(sql[max(0, start - 16) : start])) and bool(
+        _ITEM_AFTER.match(sql[end : end + 8])
+    )
 
 
 def rewrite_functions(sql: str, settings: dict[str, str], user: str, pid: int) -> str:

@@ -143,6 +143,8 @@ def test_psycopg_session_settings_and_catalog(pg: PgServer) -> None:
         ).fetchone()
         assert row is not None and row[0].startswith("PostgreSQL ") and row[2] == "shoal"
         assert row[1].startswith("16.")
+        named = conn.execute("SELECT version(), current_database()")
+        assert [c.name for c in named.description or []] == ["version", "current_database"]
         with pytest.raises(psycopg.errors.InvalidParameterValue):
             conn.execute("SET client_encoding = 'LATIN1'")
         with pytest.raises(psycopg.Error):
