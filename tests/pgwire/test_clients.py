@@ -6,7 +6,9 @@ import asyncio
 import datetime as dt
 import decimal
 import itertools
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -562,3 +564,60 @@ def test_go_lib_pq_and_pgconn_run_grafanas_queries(
     assert [r[0] for r in results[1:]] == ["result0.0", "result0.1", "result0.2"]
     assert results[1][1] == "time:701,metric:25,value:701"
     assert results[3][2] == "5" and results[3][3] == "SELECT 5"
+
+
+# -- the provisioned Grafana dashboard ---------------------------------------------------------
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards"
+
+
+def _expand_grafana_macros(sql: str, start: dt.datetime, end: dt.datetime) -> str:
+    """Expands the macros the dashboard uses into the SQL Grafana's PostgreSQL data source
+    produces for them (time filter as RFC 3339 strings, time group as epoch arithmetic)."""
+
+    def rfc3339(when: dt.datetime) -> str:
+        return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def group(match: re.Match[str]) -> str:
+        column, interval = (a.strip() for a in match.group(2).split(","))
+        seconds = {"s": 1, "m": 60, "h": 3600}[interval.strip("'")[-1]] * int(
+            interval.strip("'")[:-1]
+        )
+        expr = f"floor(extract(epoch from {column})/{seconds})*{seconds}"
+        return expr + (' AS "time"' if match.group(1) == "Alias" else "")
+
+    sql = re.sub(r"\$__timeGroup(Alias)?\(([^)]*)\)", group, sql)
+    return re.sub(
+        r"\$__timeFilter\(([^)]*)\)",
+        lambda m: f"{m.group(1)} BETWEEN '{rfc3339(start)}' AND '{rfc3339(end)}'",
+        sql,
+    )
+
+
+def test_provisioned_dashboard_queries_run(pg: PgServer) -> None:
+    dashboard = json.loads((DASHBOARD / "logs-traces.json").read_text())
+    trace_id = _values(pg, "acme", "SELECT trace_id FROM spans LIMIT 1")[0]
+    start = dt.datetime(2025, 12, 31, 23, tzinfo=dt.UTC)
+    end = dt.datetime(2026, 1, 1, 1, tzinfo=dt.UTC)
+    answers: dict[str, tuple[list[str], list[tuple[object, ...]]]] = {}
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        for panel in dashboard["panels"]:
+            (target,) = panel["targets"]
+            sql = _expand_grafana_macros(target["rawSql"], start, end)
+            sql = sql.replace("$trace_id", trace_id)
+            cursor = conn.execute(sql)
+            answers[panel["type"]] = ([c.name for c in cursor.description or []], cursor.fetchall())
+    names, rows = answers["timeseries"]
+    assert names == ["time", "metric", "value"] and sum(int(r[2]) for r in rows) == 300
+    names, rows = answers["logs"]
+    assert names[:3] == ["time", "body", "level"] and rows
+    assert {r[2] for r in rows} <= {"ERROR", "FATAL"}
+    names, rows = answers["table"]
+    assert "duration_ms" in names and len(rows) == 50
+    names, rows = answers["traces"]
+    assert names[:8] == [
+        "traceID", "spanID", "parentSpanID", "serviceName", "operationName", "startTime",
+        "duration", "tags",
+    ]  # fmt: skip
+    assert len(rows) == 5 and all(r[0] == trace_id for r in rows)
+    assert isinstance(rows[0][7], list) and {"key", "value"} <= set(rows[0][7][0])
