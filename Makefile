@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST := $(BIN)/python -m pytest
 
 .PHONY: serve test test-fast test-slow test-spark test-all lint typecheck check \
-        bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-pipeline clean
+        bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-pipeline bench-pg clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,10 @@ bench-replay: $(BENCH_STAMP)
 
 bench-query: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_query
+
+## The PostgreSQL protocol against HTTP + Arrow: small-query latency, a 1M-row result's rate.
+bench-pg: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_pg
 
 bench-pipeline: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_pipeline

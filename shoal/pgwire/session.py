@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from shoal.errors import QueryError
-from shoal.pgwire import catalog, catalog_tables, codec, commands, params, results
+from shoal.pgwire import catalog, catalog_tables, codec, commands, params, results, rows
 from shoal.pgwire.sqltext import SqlTextError, split_statements, substitute
 from shoal.query.service import QueryResult, QueryService
 
@@ -72,7 +72,7 @@ class Portal:
     result: QueryResult | None = None
     schema: pa.Schema | None = None
     batches: AsyncIterator[pa.RecordBatch] | None = None
-    pending: list[bytes] = dataclasses.field(default_factory=list)
+    pending: pa.RecordBatch | None = None  # rows read but not yet sent (after a row limit)
     done: bool = False
 
     def close(self) -> None:
@@ -232,33 +232,28 @@ class Session:
 
     async def _stream(self, portal: Portal, max_rows: int) -> tuple[int, bool]:
         """Send up to ``max_rows`` rows (all when 0); returns (rows sent, suspended)."""
-        assert portal.schema is not None
-        encoder = results.RowEncoder(portal.schema, portal.formats)
         sent = 0
         while True:
-            while portal.pending:
-                if max_rows and sent >= max_rows:
-                    return sent, True
-                take = (
-                    len(portal.pending)
-                    if not max_rows
-                    else min(max_rows - sent, len(portal.pending))
-                )
-                for row in portal.pending[:take]:
-                    self._send(row)
-                del portal.pending[:take]
-                sent += take
-                await self._maybe_drain()
-            if portal.done or portal.batches is None:
-                return sent, False
             if max_rows and sent >= max_rows:
                 return sent, True
-            try:
-                batch = await anext(portal.batches)
-            except StopAsyncIteration:
-                portal.done = True
-                return sent, False
-            portal.pending = encoder.rows(batch)
+            batch: pa.RecordBatch
+            if portal.pending is not None:
+                batch, portal.pending = portal.pending, None
+            else:
+                if portal.done or portal.batches is None:
+                    return sent, False
+                try:
+                    batch = await anext(portal.batches)
+                except StopAsyncIteration:
+                    portal.done = True
+                    return sent, False
+            take = batch.num_rows if not max_rows else min(batch.num_rows, max_rows - sent)
+            if take < batch.num_rows:
+                portal.pending = batch.slice(take)
+                batch = batch.slice(0, take)
+            self._send(rows.encode_rows(batch, portal.formats))
+            sent += take
+            await self._maybe_drain()
 
     def _finish(self, portal: Portal, sent: int) -> None:
         if portal.result is not None and portal.result.truncated:
