@@ -124,9 +124,8 @@ def run(args: argparse.Namespace) -> int:
             f"WHERE timestamp < TIMESTAMP '{end}Z' LIMIT {args.large_rows}"
         )
         print(f"\nlarge result: {args.large_rows:,} rows of 4 columns")
-        print(
-            f"{'path':<22} {'seconds':>8} {'rows/s':>10} {'peak RSS MiB':>13} {'idle RSS MiB':>13}"
-        )
+        header = ("path", "seconds", "rows/s", "server CPU s", "peak RSS MiB", "idle RSS MiB")
+        print("{:<22} {:>8} {:>10} {:>13} {:>13} {:>13}".format(*header))
 
         def stream_http() -> int:
             rows = 0
