@@ -197,6 +197,7 @@ class Connection:
             self.writer.write,
             self.writer.drain,
             transport.get_write_buffer_size,
+            lambda: self.reader.at_eof() or transport.is_closing(),
         )
         self.session = session
         self.server.sessions[pid] = (secret, session)

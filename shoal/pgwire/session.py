@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 CATALOG_TTL_S = 5.0
 """How long a session reuses the tenant's table schemas for catalog queries."""
+PEER_CHECK_S = 0.5
+"""How often a running query checks that its client is still connected."""
 FLUSH_BYTES = 256 * 1024
 """Wait for the socket to drain once this much is buffered."""
 
@@ -94,6 +96,7 @@ class Session:
         send: Callable[[bytes], None],
         drain: Callable[[], Awaitable[None]],
         buffered: Callable[[], int],
+        peer_gone: Callable[[], bool] = lambda: False,
     ) -> None:
         self.service = service
         self.tenant = tenant
@@ -104,6 +107,7 @@ class Session:
         self._send = send
         self._drain = drain
         self._buffered = buffered
+        self._peer_gone = peer_gone
         self.statements: dict[str, Statement] = {}
         self.portals: dict[str, Portal] = {}
         self.in_transaction = False
@@ -128,7 +132,13 @@ class Session:
         self._task = task
         self._cancel_requested = False
         try:
-            await asyncio.wait({task})
+            while not task.done():
+                await asyncio.wait({task}, timeout=PEER_CHECK_S)
+                if not task.done() and self._peer_gone():
+                    # the client hung up mid-query: stop the work nobody will read
+                    logger.info("pgwire session %d: client gone, cancelling its query", self.pid)
+                    task.cancel()
+                    await asyncio.wait({task})
         except asyncio.CancelledError:
             task.cancel()
             raise

@@ -621,3 +621,28 @@ def test_provisioned_dashboard_queries_run(pg: PgServer) -> None:
     ]  # fmt: skip
     assert len(rows) == 5 and all(r[0] == trace_id for r in rows)
     assert isinstance(rows[0][7], list) and {"key", "value"} <= set(rows[0][7][0])
+
+
+def test_a_client_that_hangs_up_mid_query_stops_its_query(pg: PgServer) -> None:
+    assert PSQL is not None
+    env = dict(os.environ, PGPASSWORD=pg.tokens["acme"])
+    proc = subprocess.Popen(
+        [PSQL, "-X", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "acme", "-d", "shoal",
+         "-c", LONG_QUERY],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        time.sleep(1.5)
+        busy = pg.process.cpu_seconds()
+        time.sleep(1.0)
+        assert pg.process.cpu_seconds() - busy > 0.5  # the query is running
+    finally:
+        proc.kill()  # no cancel request: the connection just closes
+        proc.wait(10)
+    time.sleep(1.5)
+    before = pg.process.cpu_seconds()
+    time.sleep(2.0)
+    assert pg.process.cpu_seconds() - before < 1.0
+    assert "client gone, cancelling its query" in pg.process.log()
