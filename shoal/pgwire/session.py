@@ -26,7 +26,16 @@ from typing import Any
 import pyarrow as pa
 
 from shoal.errors import QueryError
-from shoal.pgwire import catalog, catalog_tables, codec, commands, params, results, rows
+from shoal.pgwire import (
+    catalog,
+    catalog_tables,
+    codec,
+    commands,
+    cursors,
+    params,
+    results,
+    rows,
+)
 from shoal.pgwire.sqltext import SqlTextError, split_statements, substitute
 from shoal.query.service import QueryResult, QueryService
 
@@ -71,6 +80,7 @@ class Portal:
     sql: str
     formats: list[int]
     local: commands.LocalResult | None = None
+    cursor_op: cursors.CursorStatement | None = None
     result: QueryResult | None = None
     schema: pa.Schema | None = None
     batches: AsyncIterator[pa.RecordBatch] | None = None
@@ -110,6 +120,7 @@ class Session:
         self._peer_gone = peer_gone
         self.statements: dict[str, Statement] = {}
         self.portals: dict[str, Portal] = {}
+        self.cursors: dict[str, tuple[Portal, bool]] = {}  # name: (portal, WITH HOLD)
         self.in_transaction = False
         self.skip_until_sync = False
         self._task: asyncio.Task[Any] | None = None
@@ -183,6 +194,10 @@ class Session:
             self.in_transaction = True
         elif local is not None and local.transaction == "end":
             self.in_transaction = False
+            for name, (portal, hold) in list(self.cursors.items()):
+                if not hold:
+                    portal.close()
+                    del self.cursors[name]
         return local
 
     async def _start(self, sql: str) -> QueryResult:
@@ -277,6 +292,57 @@ class Session:
             return
         portal.schema, portal.batches, portal.result = await self._run(portal.sql)
 
+    # -- SQL cursors ----------------------------------------------------------------
+
+    async def _declare(self, op: cursors.Declare) -> None:
+        if op.name in self.cursors:
+            raise SessionError("42P03", f'cursor "{op.name}" already exists')
+        portal = Portal(Statement(op.query, []), op.query, [])
+        await self._open(portal)
+        assert portal.schema is not None
+        portal.formats = [1 if op.binary else 0] * len(portal.schema)
+        self.cursors[op.name] = (portal, op.hold)
+
+    def _cursor(self, name: str) -> Portal:
+        entry = self.cursors.get(name)
+        if entry is None:
+            raise SessionError("34000", f'cursor "{name}" does not exist')
+        return entry[0]
+
+    def _close_cursor(self, op: cursors.CloseCursor) -> None:
+        names = list(self.cursors) if op.name is None else [op.name]
+        for name in names:
+            self._cursor(name).close()
+            del self.cursors[name]
+
+    async def _fetch(self, op: cursors.Fetch, formats: list[int] | None) -> None:
+        """Send the next rows of a cursor (in ``formats``, else the cursor's own)."""
+        portal = self._cursor(op.name)
+        assert portal.schema is not None
+        if formats is not None:
+            portal.formats = results.formats_for(len(portal.schema), formats)
+        sent, _ = await self._stream(portal, op.count)
+        self._send(codec.command_complete(f"FETCH {sent}"))
+
+    async def _run_cursor_op(self, op: cursors.CursorStatement, formats: list[int] | None) -> None:
+        if isinstance(op, cursors.Declare):
+            await self._declare(op)
+            self._send(codec.command_complete("DECLARE CURSOR"))
+        elif isinstance(op, cursors.Fetch):
+            await self._fetch(op, formats)
+        else:
+            self._close_cursor(op)
+            self._send(codec.command_complete("CLOSE CURSOR"))
+
+    def _cursor_fields(self, op: cursors.CursorStatement, formats: list[int]) -> bytes:
+        """RowDescription (FETCH) or NoData (DECLARE, CLOSE) for a cursor statement."""
+        if not isinstance(op, cursors.Fetch):
+            return codec.no_data()
+        portal = self._cursor(op.name)
+        assert portal.schema is not None
+        chosen = results.formats_for(len(portal.schema), formats) if formats else portal.formats
+        return codec.row_description(results.fields(portal.schema, chosen))
+
     # -- simple query protocol ------------------------------------------------------
 
     async def simple_query(self, sql: str) -> None:
@@ -303,6 +369,12 @@ class Session:
         copy = _COPY_TO_STDOUT.match(sql)
         if copy:
             await self._copy_out(copy.group("query"), copy.group("options"))
+            return
+        op = self._parse_cursor(sql)
+        if op is not None:
+            if isinstance(op, cursors.Fetch):
+                self._send(self._cursor_fields(op, []))
+            await self._run_cursor_op(op, None)
             return
         local = self._local(sql)
         if local is not None:
@@ -428,10 +500,19 @@ class Session:
         portal = Portal(statement, sql, list(message.result_formats))
         if not sql:
             portal.done = True
+        elif (op := self._parse_cursor(sql)) is not None:
+            portal.cursor_op = op
         else:
             portal.local = self._peek_local(sql)
         self.portals[message.portal] = portal
         self._send(codec.bind_complete())
+
+    @staticmethod
+    def _parse_cursor(sql: str) -> cursors.CursorStatement | None:
+        try:
+            return cursors.parse(sql)
+        except cursors.CursorError as exc:
+            raise SessionError("0A000", str(exc)) from None
 
     def _peek_local(self, sql: str) -> commands.LocalResult | None:
         """A session statement is run at Execute; Bind only needs to know it is one."""
@@ -450,8 +531,17 @@ class Session:
                 raise SessionError("26000", f'prepared statement "{message.name}" does not exist')
             self._send(codec.parameter_description(statement.param_oids))
             if not statement.described:
-                local = self._peek_local(statement.sql) if statement.sql else None
-                if local is not None:
+                op = self._parse_cursor(statement.sql) if statement.sql else None
+                local = (
+                    None
+                    if op is not None
+                    else (self._peek_local(statement.sql) if statement.sql else None)
+                )
+                if isinstance(op, cursors.Fetch):
+                    statement.schema = self._cursor(op.name).schema
+                elif op is not None:
+                    statement.schema = None
+                elif local is not None:
                     statement.schema = local.table.schema if local.table is not None else None
                 elif statement.sql:
                     nulls = ["NULL"] * len(statement.param_oids)
@@ -464,8 +554,13 @@ class Session:
                 self._send(codec.row_description(results.fields(statement.schema, formats)))
             return
         portal = self.portals.get(message.name)
+        if portal is None and message.name in self.cursors:
+            portal = self.cursors[message.name][0]  # a cursor is a portal by that name
         if portal is None:
             raise SessionError("34000", f'portal "{message.name}" does not exist')
+        if portal.cursor_op is not None:
+            self._send(self._cursor_fields(portal.cursor_op, portal.formats))
+            return
         if portal.local is not None:
             schema = portal.local.table.schema if portal.local.table is not None else None
         else:
@@ -486,6 +581,12 @@ class Session:
             raise SessionError("34000", f'portal "{message.portal}" does not exist')
         if not portal.sql:
             self._send(codec.empty_query_response())
+            return
+        if portal.cursor_op is not None:
+            if portal.done:
+                raise SessionError("55000", "this cursor statement has already run")
+            await self._run_cursor_op(portal.cursor_op, portal.formats or None)
+            portal.done = True
             return
         if portal.local is not None and portal.schema is None:
             local = self._local(portal.sql)  # run for real now (it may change settings)
@@ -520,6 +621,9 @@ class Session:
 
     def close(self) -> None:
         self._close_portals()
+        for portal, _ in self.cursors.values():
+            portal.close()
+        self.cursors.clear()
         task = self._task
         if task is not None:
             task.cancel()

@@ -646,3 +646,32 @@ def test_a_client_that_hangs_up_mid_query_stops_its_query(pg: PgServer) -> None:
     time.sleep(2.0)
     assert pg.process.cpu_seconds() - before < 1.0
     assert "client gone, cancelling its query" in pg.process.log()
+
+
+def test_sql_cursors_declare_fetch_close(pg: PgServer) -> None:
+    # psycopg's named (server-side) cursors: DECLARE, then FETCH FORWARD n, in a transaction
+    with psycopg.connect(pg.dsn()) as conn:
+        with conn.cursor(name="pages") as cur:
+            cur.itersize = 7
+            cur.execute("SELECT severity_number FROM logs WHERE severity_number > %s", (0,))
+            first = cur.fetchmany(10)
+            rest = cur.fetchall()
+        assert len(first) == 10 and len(first) + len(rest) == 300
+        with conn.cursor(name="binary_pages", binary=True) as cur:
+            cur.execute("SELECT timestamp, span_id FROM spans ORDER BY timestamp")
+            rows = list(cur)
+        assert len(rows) == 100 and rows[0][0].tzinfo is not None
+        conn.commit()
+    # the same by hand through psql's simple protocol
+    done = _psql(
+        pg,
+        "-c",
+        "BEGIN; DECLARE c CURSOR FOR SELECT name FROM spans ORDER BY timestamp; "
+        "FETCH 3 FROM c; FETCH ALL FROM c; CLOSE c; COMMIT",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "(3 rows)" in done.stdout and "(97 rows)" in done.stdout
+    backwards = _psql(
+        pg, "-c", "BEGIN; DECLARE c CURSOR FOR SELECT 1 AS x; FETCH BACKWARD 1 FROM c"
+    )
+    assert "not supported" in backwards.stderr
