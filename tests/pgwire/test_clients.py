@@ -675,3 +675,13 @@ def test_sql_cursors_declare_fetch_close(pg: PgServer) -> None:
         pg, "-c", "BEGIN; DECLARE c CURSOR FOR SELECT 1 AS x; FETCH BACKWARD 1 FROM c"
     )
     assert "not supported" in backwards.stderr
+
+
+def test_the_row_cap_cuts_a_result_with_a_notice(pg: PgServer) -> None:
+    notices: list[str] = []
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+        rows = conn.execute("SELECT value FROM range(100005)").fetchall()
+        assert len(rows) == 100_000  # query_max_rows
+        assert notices and "100000" in notices[0]
+        assert conn.execute("SELECT 1 AS x").fetchone() == (1,)
