@@ -17,6 +17,7 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from shoal import __version__ as shoal_version
+from shoal.errors import ShoalError
 from shoal.pgwire.sqltext import _spans, quote_literal, strip_comments
 
 SERVER_VERSION = "16.0"
@@ -26,7 +27,7 @@ VERSION_TEXT = (
 )
 
 
-class CommandError(ValueError):
+class CommandError(ShoalError):
     """A session statement shoal refuses; ``code`` is its SQLSTATE."""
 
     def __init__(self, code: str, message: str) -> None:

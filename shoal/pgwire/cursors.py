@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from shoal.errors import ShoalError
 from shoal.pgwire.sqltext import strip_comments
 
 
-class CursorError(ValueError):
+class CursorError(ShoalError):
     """A cursor statement shoal does not support (SQLSTATE 0A000)."""
 
 

@@ -16,11 +16,12 @@ import struct
 import uuid
 from collections.abc import Sequence
 
+from shoal.errors import ShoalError
 from shoal.pgwire import types as t
 from shoal.pgwire.sqltext import placeholders, quote_literal
 
 
-class ParameterError(ValueError):
+class ParameterError(ShoalError):
     """A parameter value that does not decode as its type (SQLSTATE 22P02)."""
 
 

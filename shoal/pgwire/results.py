@@ -44,7 +44,9 @@ def formats_for(count: int, formats: Sequence[int]) -> list[int]:
     if len(formats) == 1:
         return [formats[0]] * count
     if len(formats) != count:
-        raise ValueError(f"bind message has {len(formats)} result formats for {count} columns")
+        raise codec.ProtocolError(
+            f"bind message has {len(formats)} result formats for {count} columns"
+        )
     return list(formats)
 
 

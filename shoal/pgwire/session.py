@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from shoal.errors import QueryError
+from shoal.errors import QueryError, ShoalError
 from shoal.pgwire import (
     catalog,
     catalog_tables,
@@ -54,7 +54,7 @@ _COPY_TO_STDOUT = re.compile(
 )
 
 
-class SessionError(Exception):
+class SessionError(ShoalError):
     """An error answered with an ErrorResponse; the session goes on."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -62,7 +62,7 @@ class SessionError(Exception):
         self.code = code
 
 
-class Cancelled(Exception):
+class Cancelled(ShoalError):
     """The running query was cancelled by a CancelRequest."""
 
 
@@ -173,6 +173,8 @@ class Session:
             code, message = exc.code, str(exc)
         elif isinstance(exc, Cancelled):
             code, message = "57014", "canceling statement due to user request"
+        elif isinstance(exc, codec.ProtocolError):
+            code, message = exc.code, str(exc)
         elif isinstance(exc, commands.CommandError):
             code, message = exc.code, str(exc)
         elif isinstance(exc, params.ParameterError):
@@ -571,8 +573,8 @@ class Session:
             return
         try:
             formats = results.formats_for(len(schema), portal.formats)
-        except ValueError as exc:
-            raise SessionError("08P01", str(exc)) from None
+        except codec.ProtocolError as exc:
+            raise SessionError(exc.code, str(exc)) from None
         self._send(codec.row_description(results.fields(schema, formats)))
 
     async def _execute(self, message: codec.Execute) -> None:
@@ -606,8 +608,8 @@ class Session:
         assert portal.schema is not None
         try:
             portal.formats = results.formats_for(len(portal.schema), portal.formats)
-        except ValueError as exc:
-            raise SessionError("08P01", str(exc)) from None
+        except codec.ProtocolError as exc:
+            raise SessionError(exc.code, str(exc)) from None
         sent, suspended = await self._stream(portal, max(0, message.max_rows))
         if suspended:
             self._send(codec.portal_suspended())

@@ -11,6 +11,8 @@ import dataclasses
 import re
 from collections.abc import Iterator, Sequence
 
+from shoal.errors import ShoalError
+
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z_0-9]*)?\$")
 _PARAM = re.compile(r"\$([0-9]+)")
 _CAST = re.compile(
@@ -20,7 +22,7 @@ _CAST = re.compile(
 )
 
 
-class SqlTextError(ValueError):
+class SqlTextError(ShoalError):
     """SQL text the lexer cannot follow (an unterminated quote or comment)."""
 
 

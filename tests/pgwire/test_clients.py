@@ -685,3 +685,22 @@ def test_the_row_cap_cuts_a_result_with_a_notice(pg: PgServer) -> None:
         assert len(rows) == 100_000  # query_max_rows
         assert notices and "100000" in notices[0]
         assert conn.execute("SELECT 1 AS x").fetchone() == (1,)
+
+
+def test_catalog_queries_are_sandboxed_too(pg: PgServer, tmp_path: Path) -> None:
+    target = tmp_path / "out.csv"
+    attempts = [
+        "SELECT * FROM '/etc/passwd', information_schema.tables",
+        "SELECT * FROM read_csv('/etc/passwd'), pg_class",
+        f"COPY (SELECT * FROM pg_class) TO '{target}'",
+        "CREATE TABLE pg_x AS SELECT * FROM pg_class",
+        "SELECT * FROM pg_class, globex.logs",
+    ]
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        for sql in attempts:
+            with pytest.raises(psycopg.Error) as info:
+                conn.execute(sql)
+            assert "root:" not in str(info.value)
+        names = {r[0] for r in conn.execute("SELECT relname FROM pg_class")}
+        assert names == {"logs", "metrics", "spans"}
+    assert not target.exists()
