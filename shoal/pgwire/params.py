@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import re
 import struct
 import uuid
 from collections.abc import Sequence
@@ -69,7 +70,14 @@ def parameter_types(sql: str, declared: Sequence[int]) -> list[int]:
     for p in found:
         if oids[p.index - 1] == 0 and p.cast is not None and p.cast in CAST_NAMES:
             oids[p.index - 1] = CAST_NAMES[p.cast]
+    for m in _COUNT_PARAM.finditer(sql):
+        index = int(m.group(1))
+        if 0 < index <= count and oids[index - 1] == 0:
+            oids[index - 1] = t.INT8  # LIMIT $n / OFFSET $n take a count
     return [oid or t.TEXT for oid in oids]
+
+
+_COUNT_PARAM = re.compile(r"\b(?:LIMIT|OFFSET)\s+\$([0-9]+)\b", re.IGNORECASE)
 
 
 def _text(raw: bytes) -> str:

@@ -283,6 +283,8 @@ def test_asyncpg_prepared_statements_binary_results_and_cancel(pg: PgServer) -> 
             high = await statement.fetchval(16, since)
             low = await statement.fetchval(0, since)
             assert 0 < high < low <= 300
+            limited = await conn.fetch("SELECT span_id FROM spans ORDER BY timestamp LIMIT $1", 4)
+            assert len(limited) == 4  # LIMIT $1 is taken as a count (int8)
             async with conn.transaction():
                 cursor = conn.cursor("SELECT span_id FROM spans ORDER BY timestamp", prefetch=13)
                 ids = [r["span_id"] async for r in cursor]
