@@ -59,18 +59,13 @@ def fields(schema: pa.Schema, formats: Sequence[int]) -> list[codec.Field]:
 
 
 class RowEncoder:
-    """Encodes record batches of one schema into DataRow messages."""
+    """Encodes record batches of one schema into COPY text lines (DataRow messages are
+    built by :mod:`shoal.pgwire.rows`)."""
 
     def __init__(self, schema: pa.Schema, formats: Sequence[int]) -> None:
         self._encoders = [
             column_encoder(f.type, fmt) for f, fmt in zip(schema, formats, strict=True)
         ]
-
-    def rows(self, batch: pa.RecordBatch) -> list[bytes]:
-        if not self._encoders:
-            return [codec.data_row([]) for _ in range(batch.num_rows)]
-        columns = [enc(batch.column(i)) for i, enc in enumerate(self._encoders)]
-        return [codec.data_row(values) for values in zip(*columns, strict=True)]
 
     def copy_lines(self, batch: pa.RecordBatch) -> list[bytes]:
         """Rows as COPY text lines (tab-separated, ``\\N`` for NULL)."""
