@@ -639,7 +639,7 @@ def test_a_client_that_hangs_up_mid_query_stops_its_query(pg: PgServer) -> None:
         time.sleep(1.5)
         busy = pg.process.cpu_seconds()
         time.sleep(1.0)
-        assert pg.process.cpu_seconds() - busy > 0.5  # the query is running
+        assert pg.process.cpu_seconds() - busy > 0.1  # the query is running
     finally:
         proc.kill()  # no cancel request: the connection just closes
         proc.wait(10)
