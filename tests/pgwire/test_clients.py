@@ -145,6 +145,12 @@ def test_psycopg_session_settings_and_catalog(pg: PgServer) -> None:
         ).fetchone()
         assert row is not None and row[0].startswith("PostgreSQL ") and row[2] == "shoal"
         assert row[1].startswith("16.")
+        every = dict((r[0], r[1]) for r in conn.execute("SHOW ALL"))
+        assert every["server_encoding"] == "UTF8" and every["application_name"] == "dashboards"
+        settings = conn.execute("SELECT setting FROM pg_settings WHERE name = 'datestyle'")
+        assert settings.fetchone() == ("ISO, MDY",)
+        types = dict(conn.execute("SELECT typname, oid FROM pg_catalog.pg_type").fetchall())
+        assert types["timestamptz"] == 1184 and types["_int8"] == 1016
         named = conn.execute("SELECT version(), current_database()")
         assert [c.name for c in named.description or []] == ["version", "current_database"]
         with pytest.raises(psycopg.errors.InvalidParameterValue):
