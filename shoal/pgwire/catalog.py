@@ -23,7 +23,7 @@ from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext, SQLOpti
 
 from shoal.pgwire.catalog_tables import I64, B, S, type_name
 from shoal.pgwire.commands import CommandError
-from shoal.pgwire.sqltext import replace_in_code
+from shoal.pgwire.sqltext import SqlTextError, code_pieces, replace_in_code
 
 CATALOG_MEMORY_BYTES = 64 * 1024 * 1024
 
@@ -41,8 +41,12 @@ _USES_CATALOG = re.compile(
 
 
 def uses_catalog(sql: str) -> bool:
-    """Whether ``sql`` reads PostgreSQL's catalog (answered here, not by the tenant session)."""
-    return bool(_USES_CATALOG.search(sql))
+    """Whether ``sql`` reads PostgreSQL's catalog (answered here, not by the tenant session):
+    a catalog name in its code, not in a string literal or comment."""
+    try:
+        return any(_USES_CATALOG.search(piece) for piece in code_pieces(sql))
+    except SqlTextError:
+        return bool(_USES_CATALOG.search(sql))
 
 
 def _quote_ident(name: str) -> str:

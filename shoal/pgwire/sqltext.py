@@ -117,6 +117,11 @@ def _has_code(sql: str) -> bool:
     return any(sql[s:e].strip() for s, e, code in _spans(sql) if code)
 
 
+def code_pieces(sql: str) -> list[str]:
+    """The parts of ``sql`` outside quotes and comments."""
+    return [sql[s:e] for s, e, code in _spans(sql) if code]
+
+
 def strip_comments(sql: str) -> str:
     """``sql`` with its comments removed (quoted text kept)."""
     out: list[str] = []

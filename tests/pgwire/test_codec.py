@@ -313,3 +313,11 @@ def test_vectorised_rows_match_the_value_by_value_encoding(rows: list[tuple], fm
                 assert parse(a.decode() + ":00") == parse(b.decode() + ":00")
             else:
                 assert a == b, (column, a, b)
+
+
+def test_catalog_names_count_only_outside_quotes() -> None:
+    from shoal.pgwire.catalog import uses_catalog
+
+    assert uses_catalog("SELECT relname FROM pg_catalog.pg_class")
+    assert uses_catalog("SELECT * FROM information_schema.tables")
+    assert not uses_catalog("SELECT body FROM logs WHERE body LIKE '%pg_class%' -- pg_type")
