@@ -132,6 +132,12 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("pg_tls_key", "", str, "PEM private key file of pg_tls_cert."),
     Setting(
+        "pg_max_connections",
+        64,
+        _parse_positive_int,
+        "PostgreSQL-protocol connections at once; more are refused (SQLSTATE 53300).",
+    ),
+    Setting(
         "insecure",
         False,
         _parse_bool,

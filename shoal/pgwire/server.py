@@ -64,8 +64,10 @@ class Connection:
         server: PgServer,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        refuse: bool = False,
     ) -> None:
         self.server = server
+        self.refuse = refuse
         self.reader = reader
         self.writer = writer
         self.decoder = codec.FrontendDecoder(server.max_message_bytes)
@@ -155,6 +157,12 @@ class Connection:
                 startup = await asyncio.wait_for(self._startup(), AUTH_TIMEOUT_S)
                 if startup is None:
                     return
+                if self.refuse:
+                    # answered after the startup packet, as PostgreSQL does when full
+                    logger.warning("pgwire connection refused: pg_max_connections reached")
+                    raise self._fatal(
+                        "53300", "sorry, too many clients already (pg_max_connections)"
+                    )
                 tenant, user = await asyncio.wait_for(self._authenticate(startup), AUTH_TIMEOUT_S)
             except TimeoutError:
                 raise self._fatal("08P01", "startup and authentication took too long") from None
@@ -241,11 +249,13 @@ class PgServer:
         authenticator: Authenticator,
         ssl_context: ssl.SSLContext | None = None,
         max_message_bytes: int = 1 << 20,
+        max_connections: int = 64,
     ) -> None:
         self.service = service
         self.authenticator = authenticator
         self.ssl_context = ssl_context
         self.max_message_bytes = max_message_bytes
+        self.max_connections = max_connections
         self.sessions: dict[int, tuple[int, Session]] = {}
         self.port = 0
         self._server: asyncio.Server | None = None
@@ -269,9 +279,10 @@ class PgServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        full = len(self._tasks) >= self.max_connections
         self._tasks.add(task)
         try:
-            await Connection(self, reader, writer).run()
+            await Connection(self, reader, writer, refuse=full).run()
         finally:
             self._tasks.discard(task)
 

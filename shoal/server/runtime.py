@@ -192,6 +192,7 @@ class ServerRuntime:
             self.authenticator,
             self.pg_ssl,
             max_message_bytes=int(self.config.query_max_sql_bytes) * 2 + 65536,
+            max_connections=int(self.config.pg_max_connections),
         )
         try:
             self.pg_port = await pg.start(self.config.bind.strip("[]"), self.config.pg_port)

@@ -31,6 +31,7 @@ def tls_pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
         env={
             "SHOAL_PG_TLS_CERT": str(DATA / "server.crt"),
             "SHOAL_PG_TLS_KEY": str(DATA / "server.key"),
+            "SHOAL_PG_MAX_CONNECTIONS": "3",
         },
     )
     try:
@@ -138,3 +139,16 @@ def test_garbage_and_truncated_messages_end_only_their_own_connection(pg: PgServ
         assert b"08P01" in reply and b"unknown frontend message" in reply
     with psycopg.connect(pg.dsn(), autocommit=True) as after:
         assert after.execute("SELECT 9 AS x").fetchone() == (9,)
+
+
+def test_connections_beyond_the_limit_are_refused_with_53300(tls_pg: PgServer) -> None:
+    held = [psycopg.connect(tls_pg.dsn(), autocommit=True) for _ in range(3)]
+    try:
+        with pytest.raises(psycopg.OperationalError, match="too many clients"):
+            psycopg.connect(tls_pg.dsn())
+        assert held[0].execute("SELECT 1 AS x").fetchone() == (1,)
+    finally:
+        for conn in held:
+            conn.close()
+    with psycopg.connect(tls_pg.dsn(), autocommit=True) as conn:  # freed again
+        assert conn.execute("SELECT 2 AS x").fetchone() == (2,)
