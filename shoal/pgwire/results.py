@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Sequence
 
 import pyarrow as pa
@@ -50,11 +51,51 @@ def formats_for(count: int, formats: Sequence[int]) -> list[int]:
     return list(formats)
 
 
+_LITERAL = re.compile(
+    r"^(?:NULL|(?:Int|UInt|Float|Utf8|LargeUtf8|Utf8View|Boolean|Decimal|Timestamp|Date|Time"
+    r"|Interval|Binary|LargeBinary|Duration)\w*\(.*\))$",
+    re.DOTALL,
+)
+_CALL = re.compile(r"^([A-Za-z_]\w*)\(")
+
+
+def _closes_at_end(text: str, start: int) -> bool:
+    """Whether the parenthesis at ``start`` closes at the last character of ``text``."""
+    depth, quote = 0, ""
+    for i in range(start, len(text)):
+        c = text[i]
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "\"'":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i == len(text) - 1
+    return False
+
+
+def column_name(name: str) -> str:
+    """The name PostgreSQL gives a result column whose expression DataFusion names ``name``:
+    a function call is named after the function, any other unaliased expression
+    ``?column?``; a column (or an alias) keeps its name."""
+    if _LITERAL.match(name):
+        return "?column?"
+    call = _CALL.match(name)
+    if call and _closes_at_end(name, call.end() - 1):
+        return call.group(1).lower()
+    if "(" in name or any(op in name for op in (" + ", " - ", " * ", " / ", " % ", " || ")):
+        return "?column?"
+    return name
+
+
 def fields(schema: pa.Schema, formats: Sequence[int]) -> list[codec.Field]:
     out = []
     for field, fmt in zip(schema, formats, strict=True):
         kind = pg_type(field.type)
-        out.append(codec.Field(field.name, kind.oid, kind.size, format=fmt))
+        out.append(codec.Field(column_name(field.name), kind.oid, kind.size, format=fmt))
     return out
 
 

@@ -151,6 +151,8 @@ def test_psycopg_session_settings_and_catalog(pg: PgServer) -> None:
         assert settings.fetchone() == ("ISO, MDY",)
         types = dict(conn.execute("SELECT typname, oid FROM pg_catalog.pg_type").fetchall())
         assert types["timestamptz"] == 1184 and types["_int8"] == 1016
+        unaliased = conn.execute("SELECT 1, count(*), sum(severity_number) + 1 FROM logs")
+        assert [c.name for c in unaliased.description or []] == ["?column?", "count", "?column?"]
         named = conn.execute("SELECT version(), current_database()")
         assert [c.name for c in named.description or []] == ["version", "current_database"]
         with pytest.raises(psycopg.errors.InvalidParameterValue):
