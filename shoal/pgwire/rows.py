@@ -57,7 +57,8 @@ def _text(column: pa.Array) -> pa.Array | None:
     if pa.types.is_boolean(kind):
         return pc.if_else(column, pa.scalar(b"t"), pa.scalar(b"f"))
     if pa.types.is_timestamp(kind) and kind.unit in ("s", "ms", "us"):
-        text = pc.strftime(column.cast(pa.timestamp("us", kind.tz)), format="%Y-%m-%d %H:%M:%S")
+        zone = "UTC" if kind.tz is not None else None  # timestamptz goes out in UTC
+        text = pc.strftime(column.cast(pa.timestamp("us", zone)), format="%Y-%m-%d %H:%M:%S")
         if kind.tz is not None:
             text = pc.binary_join_element_wise(text, pa.scalar("+00"), "")
         return text.cast(pa.binary())

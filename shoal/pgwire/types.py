@@ -343,8 +343,9 @@ def _normalise(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray
     t = column.type
     if pa.types.is_dictionary(t):
         return _normalise(column.cast(t.value_type))
-    if pa.types.is_timestamp(t) and t.unit == "ns":
-        return pc.cast(column, pa.timestamp("us", t.tz), safe=False)
+    if pa.types.is_timestamp(t) and (t.unit == "ns" or t.tz not in (None, "UTC")):
+        # microseconds, and a zoned timestamp in UTC (it goes out as timestamptz in UTC)
+        return pc.cast(column, pa.timestamp("us", None if t.tz is None else "UTC"), safe=False)
     if pa.types.is_string_view(t):
         return column.cast(pa.string())
     if pa.types.is_binary_view(t):

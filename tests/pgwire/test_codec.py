@@ -321,3 +321,12 @@ def test_catalog_names_count_only_outside_quotes() -> None:
     assert uses_catalog("SELECT relname FROM pg_catalog.pg_class")
     assert uses_catalog("SELECT * FROM information_schema.tables")
     assert not uses_catalog("SELECT body FROM logs WHERE body LIKE '%pg_class%' -- pg_type")
+
+
+def test_zoned_timestamps_go_out_in_utc() -> None:
+    noon = pa.array([dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC"))
+    berlin = noon.cast(pa.timestamp("us", tz="Europe/Berlin"))
+    batch = pa.record_batch([berlin], names=["t"])
+    (text,) = _data_rows(rows_mod.encode_rows(batch, [0]))[0]
+    assert text == b"2026-01-01 12:00:00.000000+00"
+    assert types.column_encoder(berlin.type, 0)(berlin) == [b"2026-01-01 12:00:00+00"]
