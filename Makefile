@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST := $(BIN)/python -m pytest
 
 .PHONY: serve test test-fast test-slow test-spark test-all lint typecheck check \
-        bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-storm bench-pipeline clean
+        bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-storm bench-pipeline \
+        bench-pg clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -77,6 +78,10 @@ bench-query: $(BENCH_STAMP)
 ## One tenant's storm of heavy queries against another tenant's queries and ingest.
 bench-storm: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_storm
+
+## The PostgreSQL protocol against HTTP + Arrow: small-query latency, a 1M-row result's rate.
+bench-pg: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_pg
 
 bench-pipeline: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_pipeline

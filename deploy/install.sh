@@ -128,6 +128,7 @@ data_dir = "/var/lib/shoal"
 bind = "127.0.0.1"
 http_port = 4318
 grpc_port = 4317
+pg_port = 4319
 wal_fsync = "always"
 TOML
 write_file "$ETC/shoal.env" 0640 <<'ENV'

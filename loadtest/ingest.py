@@ -75,10 +75,12 @@ class ServerProcess:
         http_port: int | None = None,
         grpc_port: int | None = None,
         log_path: Path | None = None,
+        pg_port: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.http_port = http_port or free_port()
         self.grpc_port = grpc_port or free_port()
+        self.pg_port = pg_port or free_port()
         self.extra_env = dict(env or {})
         self.log_path = log_path or self.data_dir.parent / f"{self.data_dir.name}-server.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -98,6 +100,7 @@ class ServerProcess:
                 "SHOAL_DATA_DIR": str(self.data_dir),
                 "SHOAL_HTTP_PORT": str(self.http_port),
                 "SHOAL_GRPC_PORT": str(self.grpc_port),
+                "SHOAL_PG_PORT": str(self.pg_port),
                 "SHOAL_BIND": "127.0.0.1",
             }
         )

@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-port", dest="http_port", type=int, help="SHOAL_HTTP_PORT")
     p.add_argument("--grpc-port", dest="grpc_port", type=int, help="SHOAL_GRPC_PORT")
     p.add_argument(
+        "--pg-port", dest="pg_port", type=int, help="PostgreSQL protocol (SHOAL_PG_PORT)"
+    )
+    p.add_argument(
         "--insecure",
         action="store_true",
         default=None,

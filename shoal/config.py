@@ -118,6 +118,33 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("http_port", 4318, _parse_port, "OTLP/HTTP, SQL and admin port."),
     Setting("grpc_port", 4317, _parse_port, "OTLP/gRPC port."),
     Setting(
+        "pg_enabled",
+        "auto",
+        _choice("auto", "true", "false"),
+        "PostgreSQL-protocol listener: auto (on when `bind` is a loopback address), true, "
+        "or false. On a non-loopback bind it needs pg_tls_cert and pg_tls_key.",
+    ),
+    Setting(
+        "pg_port",
+        4319,
+        _parse_port,
+        "PostgreSQL-protocol port (next to the OTLP ports; not 5432, so it never collides "
+        "with a local PostgreSQL).",
+    ),
+    Setting(
+        "pg_tls_cert",
+        "",
+        str,
+        "PEM certificate file for TLS on the PostgreSQL port (SSLRequest answered 'S').",
+    ),
+    Setting("pg_tls_key", "", str, "PEM private key file of pg_tls_cert."),
+    Setting(
+        "pg_max_connections",
+        64,
+        _parse_positive_int,
+        "PostgreSQL-protocol connections at once; more are refused (SQLSTATE 53300).",
+    ),
+    Setting(
         "insecure",
         False,
         _parse_bool,

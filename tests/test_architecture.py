@@ -43,6 +43,7 @@ def test_core_layers_import_no_web_or_metrics_framework(layer: str) -> None:
         ("storage", {"shoal.wal", "shoal.query", "shoal.api", "shoal.server"}),
         ("query", {"shoal.api", "shoal.server", "shoal.pipeline"}),
         ("api", {"shoal.server", "shoal.pipeline"}),
+        ("pgwire", {"shoal.api", "shoal.server", "shoal.pipeline"}),
     ],
 )
 def test_dependencies_point_one_way(layer: str, forbidden: set[str]) -> None:

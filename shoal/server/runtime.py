@@ -20,6 +20,7 @@ import ipaddress
 import logging
 import os
 import signal
+import ssl
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +37,7 @@ from shoal.api.ingest import IngestHandler
 from shoal.api.otlp_grpc import create_server
 from shoal.config import Config
 from shoal.errors import ConfigError
+from shoal.pgwire.server import PgServer
 from shoal.server import http, records
 from shoal.server.flusher import Flusher
 from shoal.server.ingest import Ingestor
@@ -129,6 +131,9 @@ class ServerRuntime:
         self.query_service: Any = None
         self.http_port = 0
         self.grpc_port = 0
+        self.pg_port = 0
+        self.pg: PgServer | None = None
+        self.pg_ssl: ssl.SSLContext | None = None
         self._ready = False
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -150,6 +155,63 @@ class ServerRuntime:
                 "tenant 'default'",
                 self.config.bind,
             )
+
+        self.pg_ssl = self._pg_tls()
+        if self.pg_enabled and self.pg_ssl is None and not is_loopback(self.config.bind):
+            raise ConfigError(
+                f"refusing to serve the PostgreSQL protocol on {self.config.bind} without TLS "
+                "(passwords are tokens): set pg_tls_cert and pg_tls_key, or pg_enabled=false"
+            )
+
+    @property
+    def pg_enabled(self) -> bool:
+        choice = str(self.config.pg_enabled)
+        return choice == "true" or (choice == "auto" and is_loopback(self.config.bind))
+
+    def _pg_tls(self) -> ssl.SSLContext | None:
+        cert, key = str(self.config.pg_tls_cert), str(self.config.pg_tls_key)
+        if not cert and not key:
+            return None
+        if not cert or not key:
+            raise ConfigError("pg_tls_cert and pg_tls_key must be set together")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"cannot load pg_tls_cert/pg_tls_key ({cert}, {key}): {exc}"
+            ) from None
+        return context
+
+    async def _start_pg(self) -> None:
+        """The PostgreSQL-protocol listener (it serves queries, so it starts once they can run)."""
+        if not self.pg_enabled or self.query_service is None:
+            return
+        pg = PgServer(
+            self.query_service,
+            self.authenticator,
+            self.pg_ssl,
+            max_message_bytes=int(self.config.query_max_sql_bytes) * 2 + 65536,
+            max_connections=int(self.config.pg_max_connections),
+        )
+        try:
+            self.pg_port = await pg.start(self.config.bind.strip("[]"), self.config.pg_port)
+        except OSError as exc:
+            if str(self.config.pg_enabled) == "true":
+                raise
+            logger.error(
+                "PostgreSQL protocol listener not started on port %d: %s (set pg_port, or "
+                "pg_enabled=false)",
+                self.config.pg_port,
+                exc,
+            )
+            return
+        self.pg = pg
+        logger.info(
+            "listening: PostgreSQL protocol on %s%s",
+            _host_port(self.config.bind, self.pg_port),
+            " (TLS available)" if self.pg_ssl is not None else "",
+        )
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -286,6 +348,14 @@ class ServerRuntime:
             raise
         self.query_service = self._make_query_service()
         app.state.query_service = self.query_service
+        try:
+            await self._start_pg()
+        except BaseException:
+            logger.exception("startup failed")
+            uv.should_exit = True
+            await grpc_server.stop(None)
+            await http_task
+            raise
         self.flusher = Flusher(
             self.snapshot,
             self.store,
@@ -317,6 +387,8 @@ class ServerRuntime:
             )
             if not drained:
                 logger.warning("%d request(s) still queued at shutdown", self.queue.depth)
+        if self.pg is not None:
+            await self.pg.close()
         await grpc.stop(grace=max(0.0, min(2.0, deadline - time.monotonic())))
         uv.should_exit = True
         with contextlib.suppress(asyncio.CancelledError, TimeoutError):
