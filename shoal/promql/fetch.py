@@ -1,0 +1,426 @@
+"""Reading samples for selectors: SQL over the tenant's ``metrics`` table, then the view.
+
+Each selector becomes one SQL query through :class:`shoal.query.service.QueryService`
+(so tenancy, the sandbox and the limits apply) with the time range and the OTLP
+metric names pushed down, so file pruning works. The rows are turned into
+Prometheus series column-wise: a loop per series, never per sample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shoal.errors import PromQLError
+from shoal.promql import mapping
+from shoal.promql.model import NAME, LabelKey, Labels, Series, key
+from shoal.query.service import QueryService
+
+logger = logging.getLogger(__name__)
+
+STALE_FLAG = 1
+"""OTLP's FLAG_NO_RECORDED_VALUE: the point marks the series as gone (a stale marker)."""
+
+COLUMNS = (
+    "metric_name, metric_type, metric_unit, metric_description, is_monotonic, "
+    "aggregation_temporality, series_id, attributes, resource_attributes, time_unix_nano, "
+    "flags, value, count, sum, bucket_counts, explicit_bounds, quantile_values"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricInfo:
+    """One OTLP metric as the catalog query sees it, with its Prometheus base name."""
+
+    otlp_name: str
+    metric_type: str
+    unit: str
+    monotonic: bool | None
+    temporality: int | None
+    description: str
+
+    @property
+    def base(self) -> str:
+        return mapping.metric_name(self.otlp_name, self.unit, self.metric_type, self.monotonic)
+
+    @property
+    def names(self) -> list[str]:
+        return mapping.exposed_names(self.base, self.metric_type)
+
+
+class SampleSource(Protocol):
+    async def catalog(self, start_ms: int, end_ms: int) -> list[MetricInfo]: ...
+
+    async def rows(self, otlp_names: Sequence[str], start_ms: int, end_ms: int) -> pa.Table: ...
+
+    async def series(
+        self, otlp_names: Sequence[str] | None, start_ms: int, end_ms: int
+    ) -> pa.Table: ...
+
+    async def exemplars(
+        self, otlp_names: Sequence[str], start_ms: int, end_ms: int
+    ) -> pa.Table: ...
+
+
+def _iso(ms: int) -> str:
+    when = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _time_filter(start_ms: int, end_ms: int) -> str:
+    # timestamp is microseconds (floor of the nanoseconds): widen by a millisecond on
+    # both ends for the pruning bounds, then cut exactly on time_unix_nano.
+    return (
+        f"timestamp >= '{_iso(start_ms - 1)}' AND timestamp <= '{_iso(end_ms + 1)}' "
+        f"AND time_unix_nano >= {start_ms * 1_000_000} "
+        f"AND time_unix_nano < {(end_ms + 1) * 1_000_000}"
+    )
+
+
+class QuerySource:
+    """Samples of one tenant, read through the query service."""
+
+    def __init__(self, service: QueryService, tenant: str) -> None:
+        self.service = service
+        self.tenant = tenant
+
+    async def _run(self, sql: str) -> pa.Table:
+        prepared = await self.service.aprepare(self.tenant, sql)
+        result = await self.service.execute(prepared)
+        table = await result.to_table()
+        if result.truncated:
+            raise PromQLError(
+                f"the query reads more than {self.service.limits.max_rows} samples "
+                "(query_max_rows); narrow the selector or the time range",
+                error_type="execution",
+            )
+        return table
+
+    async def catalog(self, start_ms: int, end_ms: int) -> list[MetricInfo]:
+        sql = (
+            "SELECT metric_name, metric_type, metric_unit, is_monotonic, "
+            "aggregation_temporality, max(metric_description) AS description FROM metrics "
+            f"WHERE {_time_filter(start_ms, end_ms)} GROUP BY 1, 2, 3, 4, 5"
+        )
+        table = await self._run(sql)
+        out = []
+        for row in table.to_pylist():
+            out.append(
+                MetricInfo(
+                    str(row["metric_name"]),
+                    str(row["metric_type"]),
+                    str(row["metric_unit"] or ""),
+                    row["is_monotonic"],
+                    row["aggregation_temporality"],
+                    str(row["description"] or ""),
+                )
+            )
+        return out
+
+    async def rows(self, otlp_names: Sequence[str], start_ms: int, end_ms: int) -> pa.Table:
+        names = ", ".join(_quote(n) for n in sorted(set(otlp_names)))
+        sql = (
+            f"SELECT {COLUMNS} FROM metrics WHERE metric_name IN ({names}) "
+            f"AND {_time_filter(start_ms, end_ms)}"
+        )
+        return await self._run(sql)
+
+    async def series(
+        self, otlp_names: Sequence[str] | None, start_ms: int, end_ms: int
+    ) -> pa.Table:
+        where = _time_filter(start_ms, end_ms)
+        if otlp_names is not None:
+            names = ", ".join(_quote(n) for n in sorted(set(otlp_names)))
+            where = f"metric_name IN ({names}) AND {where}"
+        sql = (
+            "SELECT metric_name, metric_type, metric_unit, is_monotonic, aggregation_temporality, "
+            "series_id, first_value(attributes) AS attributes, "
+            "first_value(resource_attributes) AS resource_attributes, "
+            "first_value(explicit_bounds) AS explicit_bounds, "
+            "first_value(quantile_values) AS quantile_values "
+            f"FROM metrics WHERE {where} GROUP BY 1, 2, 3, 4, 5, 6"
+        )
+        return await self._run(sql)
+
+    async def exemplars(self, otlp_names: Sequence[str], start_ms: int, end_ms: int) -> pa.Table:
+        names = ", ".join(_quote(n) for n in sorted(set(otlp_names)))
+        sql = (
+            "SELECT metric_name, metric_type, metric_unit, is_monotonic, aggregation_temporality, "
+            "series_id, attributes, resource_attributes, explicit_bounds, exemplars "
+            f"FROM metrics WHERE metric_name IN ({names}) AND {_time_filter(start_ms, end_ms)} "
+            "AND array_length(exemplars) > 0"
+        )
+        return await self._run(sql)
+
+
+# -- matchers ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelMatcher:
+    name: str
+    op: str  # "=", "!=", "=~", "!~"
+    value: str
+
+    def regex(self) -> re.Pattern[str]:
+        try:
+            return re.compile(self.value)
+        except re.error as exc:
+            raise PromQLError(f"invalid regular expression {self.value!r}: {exc}") from None
+
+    def matches(self, value: str) -> bool:
+        if self.op == "=":
+            return value == self.value
+        if self.op == "!=":
+            return value != self.value
+        hit = self.regex().fullmatch(value) is not None
+        return hit if self.op == "=~" else not hit
+
+
+def matches_all(labels: Labels, matchers: Iterable[LabelMatcher]) -> bool:
+    return all(m.matches(labels.get(m.name, "")) for m in matchers)
+
+
+def select_metrics(catalog: Iterable[MetricInfo], matchers: Sequence[LabelMatcher]) -> list[str]:
+    """The OTLP metric names whose Prometheus names the ``__name__`` matchers accept."""
+    name_matchers = [m for m in matchers if m.name == NAME]
+    out = []
+    for info in catalog:
+        if any(all(m.matches(n) for m in name_matchers) for n in info.names):
+            out.append(info.otlp_name)
+    return out
+
+
+# -- rows -> series -----------------------------------------------------------------
+
+
+def _map_at(column: pa.ChunkedArray, i: int) -> dict[str, str]:
+    raw = column[i].as_py()
+    if not raw:
+        return {}
+    return {str(k): str(v) for k, v in raw}
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.parts: dict[
+            LabelKey, tuple[Labels, list[np.ndarray], list[np.ndarray], list[np.ndarray]]
+        ]
+        self.parts = {}
+
+    def add(self, labels: Labels, t: np.ndarray, v: np.ndarray, stale: np.ndarray) -> None:
+        k = key(labels)
+        slot = self.parts.get(k)
+        if slot is None:
+            self.parts[k] = (labels, [t], [v], [stale])
+        else:
+            slot[1].append(t)
+            slot[2].append(v)
+            slot[3].append(stale)
+
+    def series(self) -> list[Series]:
+        out = []
+        for labels, ts, vs, ss in self.parts.values():
+            t = np.concatenate(ts).astype(np.int64)
+            v = np.concatenate(vs).astype(np.float64)
+            s = np.concatenate(ss).astype(bool)
+            if len(ts) > 1:
+                order = np.argsort(t, kind="stable")
+                t, v, s = t[order], v[order], s[order]
+                # same timestamp twice (two OTLP series mapped onto one): the last wins
+                keep = np.ones(len(t), dtype=bool)
+                keep[:-1] = t[1:] != t[:-1]
+                t, v, s = t[keep], v[keep], s[keep]
+            out.append(Series(labels, t, v, s if s.any() else None))
+        return out
+
+
+def _floats(column: pa.ChunkedArray, rows: np.ndarray) -> np.ndarray:
+    taken = column.take(pa.array(rows))
+    return np.asarray(taken.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def to_series(table: pa.Table, wanted: Sequence[str] | None = None) -> list[Series]:
+    """Prometheus series of the fetched rows; ``wanted`` limits the exposed names."""
+    n = table.num_rows
+    if n == 0:
+        return []
+    names = table.column("metric_name").combine_chunks().dictionary_encode()
+    name_code = np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    sid = np.asarray(table.column("series_id").to_numpy(), dtype=np.int64)
+    tns = np.asarray(table.column("time_unix_nano").to_numpy(), dtype=np.int64)
+    order = np.lexsort((tns, sid, name_code))
+    name_code, sid, tns = name_code[order], sid[order], tns[order]
+    change = np.ones(n, dtype=bool)
+    change[1:] = (name_code[1:] != name_code[:-1]) | (sid[1:] != sid[:-1])
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], n)
+    flags = np.asarray(table.column("flags").to_numpy(), dtype=np.int64)[order]
+    wanted_set = set(wanted) if wanted is not None else None
+    out = _Collector()
+    for a, b in zip(starts, ends, strict=True):
+        rows = order[a:b]
+        first = int(rows[0])
+        info = MetricInfo(
+            str(table.column("metric_name")[first].as_py()),
+            str(table.column("metric_type")[first].as_py()),
+            str(table.column("metric_unit")[first].as_py() or ""),
+            table.column("is_monotonic")[first].as_py(),
+            table.column("aggregation_temporality")[first].as_py(),
+            "",
+        )
+        attributes = _map_at(table.column("attributes"), first)
+        resource = _map_at(table.column("resource_attributes"), first)
+        t = tns[a:b] // 1_000_000
+        stale = (flags[a:b] & STALE_FLAG) != 0
+        base = info.base
+
+        emit = _Emitter(out, wanted_set, attributes, resource, t, stale)
+
+        if info.metric_type in ("gauge", "sum"):
+            v = _floats(table.column("value"), rows)
+            if info.metric_type == "sum" and info.temporality == 1:
+                # delta sums: the running total of the fetched points (docs/rationale.md)
+                v = np.cumsum(np.where(stale | np.isnan(v), 0.0, v))
+            emit(base, v)
+        elif info.metric_type == "histogram":
+            _histogram(table, rows, base, emit, delta=info.temporality == 1)
+        elif info.metric_type == "summary":
+            _summary(table, rows, base, emit)
+    return out.series()
+
+
+@dataclasses.dataclass
+class _Emitter:
+    """Adds the series of one OTLP series under one exposed name (and extra labels)."""
+
+    out: _Collector
+    wanted: set[str] | None
+    attributes: dict[str, str]
+    resource: dict[str, str]
+    t: np.ndarray
+    stale: np.ndarray
+
+    def __call__(
+        self,
+        name: str,
+        values: np.ndarray,
+        extra: dict[str, str] | None = None,
+        keep: np.ndarray | None = None,
+    ) -> None:
+        if self.wanted is not None and name not in self.wanted:
+            return
+        labels = mapping.series_labels(name, self.attributes, self.resource)
+        if extra:
+            labels.update(extra)
+        if keep is None:
+            self.out.add(labels, self.t, values, self.stale)
+        else:
+            self.out.add(labels, self.t[keep], values[keep], self.stale[keep])
+
+
+def _histogram(table: pa.Table, rows: np.ndarray, base: str, emit: _Emitter, delta: bool) -> None:
+    count = _floats(table.column("count"), rows)
+    total = _floats(table.column("sum"), rows)
+    if delta:
+        count = np.cumsum(np.nan_to_num(count))
+        total = np.cumsum(np.nan_to_num(total))
+    emit(f"{base}_count", count)
+    emit(f"{base}_sum", total)
+    take = pa.array(rows)
+    bounds_col = table.column("explicit_bounds").take(take)
+    counts_col = table.column("bucket_counts").take(take)
+    bounds_list = bounds_col.to_pylist()
+    flat = pc.list_flatten(counts_col).to_numpy(zero_copy_only=False).astype(np.float64)
+    lengths = pc.list_value_length(counts_col).to_numpy(zero_copy_only=False)
+    lengths = np.nan_to_num(lengths.astype(np.float64)).astype(np.int64)
+    # rows grouped by their bucket layout: usually one layout per series
+    layouts: dict[tuple[float, ...], list[int]] = {}
+    for i, bounds in enumerate(bounds_list):
+        if lengths[i] == 0:
+            continue
+        layouts.setdefault(tuple(bounds or ()), []).append(i)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    for bounds, idx in layouts.items():
+        width = len(bounds) + 1
+        sel = np.asarray(idx)
+        gather = offsets[sel][:, None] + np.arange(width)[None, :]
+        cum = np.cumsum(flat[gather], axis=1)
+        if delta:
+            cum = np.cumsum(cum, axis=0)
+        les = [mapping.format_float(b) for b in bounds] + ["+Inf"]
+        for j, le in enumerate(les):
+            full = np.full(len(rows), np.nan)
+            full[sel] = cum[:, j]
+            keep = np.zeros(len(rows), dtype=bool)
+            keep[sel] = True
+            emit(f"{base}_bucket", full, {"le": le}, keep)
+
+
+def _summary(table: pa.Table, rows: np.ndarray, base: str, emit: _Emitter) -> None:
+    emit(f"{base}_count", _floats(table.column("count"), rows))
+    emit(f"{base}_sum", _floats(table.column("sum"), rows))
+    quantiles = table.column("quantile_values").take(pa.array(rows)).to_pylist()
+    by_q: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+    for i, items in enumerate(quantiles):
+        for item in items or ():
+            q = float(item["quantile"])
+            if q not in by_q:
+                by_q[q] = (np.full(len(rows), np.nan), np.zeros(len(rows), dtype=bool))
+            by_q[q][0][i] = float(item["value"])
+            by_q[q][1][i] = True
+    for q, (values, keep) in by_q.items():
+        emit(base, values, {"quantile": mapping.format_float(q)}, keep)
+
+
+def _info_at(table: pa.Table, i: int) -> MetricInfo:
+    return MetricInfo(
+        str(table.column("metric_name")[i].as_py()),
+        str(table.column("metric_type")[i].as_py()),
+        str(table.column("metric_unit")[i].as_py() or ""),
+        table.column("is_monotonic")[i].as_py(),
+        table.column("aggregation_temporality")[i].as_py(),
+        "",
+    )
+
+
+def series_label_sets(table: pa.Table) -> list[Labels]:
+    """Every Prometheus label set of the series rows of :meth:`QuerySource.series`."""
+    seen: dict[LabelKey, Labels] = {}
+    for i in range(table.num_rows):
+        info = _info_at(table, i)
+        attributes = _map_at(table.column("attributes"), i)
+        resource = _map_at(table.column("resource_attributes"), i)
+        base = info.base
+        extras: list[tuple[str, dict[str, str]]] = []
+        if info.metric_type == "histogram":
+            bounds = table.column("explicit_bounds")[i].as_py() or []
+            extras += [(f"{base}_bucket", {"le": mapping.format_float(b)}) for b in bounds]
+            extras += [
+                (f"{base}_bucket", {"le": "+Inf"}),
+                (f"{base}_sum", {}),
+                (f"{base}_count", {}),
+            ]
+        elif info.metric_type == "summary":
+            items = table.column("quantile_values")[i].as_py() or []
+            extras += [(base, {"quantile": mapping.format_float(q["quantile"])}) for q in items]
+            extras += [(f"{base}_sum", {}), (f"{base}_count", {})]
+        elif info.metric_type in ("gauge", "sum"):
+            extras.append((base, {}))
+        for name, extra in extras:
+            labels = mapping.series_labels(name, attributes, resource)
+            labels.update(extra)
+            seen.setdefault(key(labels), labels)
+    return list(seen.values())
