@@ -229,6 +229,12 @@ SETTINGS: tuple[Setting, ...] = (
         _parse_positive_int,
         "Most rows one query returns; beyond it the answer says the cap was hit.",
     ),
+    Setting(
+        "promql_max_samples",
+        5_000_000,
+        _parse_positive_int,
+        "Most samples one PromQL query reads; beyond it the query fails with a message.",
+    ),
     # -- maintenance (Spark pipeline)
     Setting(
         "retention_days",

@@ -84,7 +84,8 @@ async def load(
             continue
         wanted = sorted({n for info in catalog if info.otlp_name in names for n in info.names})
         table = await source.rows(names, a, b)
-        series = fetch.to_series(table, wanted)
+        labels = await source.series(names, a, b)
+        series = fetch.to_series(table, labels, wanted)
         data[id(sel)] = [s for s in series if fetch.matches_all(s.labels, sel.matchers)]
     return data
 

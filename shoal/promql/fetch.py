@@ -30,10 +30,10 @@ STALE_FLAG = 1
 """OTLP's FLAG_NO_RECORDED_VALUE: the point marks the series as gone (a stale marker)."""
 
 COLUMNS = (
-    "metric_name, metric_type, metric_unit, metric_description, is_monotonic, "
-    "aggregation_temporality, series_id, attributes, resource_attributes, time_unix_nano, "
-    "flags, value, count, sum, bucket_counts, explicit_bounds, quantile_values"
+    "metric_name, series_id, time_unix_nano, flags, value, count, sum, bucket_counts, "
+    "explicit_bounds, quantile_values"
 )
+"""The sample columns; attribute maps are read once per series (:meth:`QuerySource.series`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,13 +97,14 @@ class QuerySource:
         self.tenant = tenant
 
     async def _run(self, sql: str) -> pa.Table:
+        cap = self.service.limits.max_samples
         prepared = await self.service.aprepare(self.tenant, sql)
-        result = await self.service.execute(prepared)
+        result = await self.service.execute(prepared, max_rows=cap)
         table = await result.to_table()
         if result.truncated:
             raise PromQLError(
-                f"the query reads more than {self.service.limits.max_rows} samples "
-                "(query_max_rows); narrow the selector or the time range",
+                f"the query reads more than {cap} samples or series (promql_max_samples); "
+                "narrow the selector or the time range",
                 error_type="execution",
             )
         return table
@@ -252,12 +253,26 @@ def _floats(column: pa.ChunkedArray, rows: np.ndarray) -> np.ndarray:
     return np.asarray(taken.to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
-def to_series(table: pa.Table, wanted: Sequence[str] | None = None) -> list[Series]:
-    """Prometheus series of the fetched rows; ``wanted`` limits the exposed names."""
+def _series_index(labels: pa.Table) -> dict[tuple[str, int], int]:
+    names = labels.column("metric_name").to_pylist()
+    sids = labels.column("series_id").to_pylist()
+    return {(str(n), int(i)): row for row, (n, i) in enumerate(zip(names, sids, strict=True))}
+
+
+def to_series(
+    table: pa.Table, labels: pa.Table, wanted: Sequence[str] | None = None
+) -> list[Series]:
+    """Prometheus series of the fetched samples.
+
+    ``labels`` holds one row per OTLP series (:meth:`QuerySource.series`) with its type
+    and attribute maps; ``wanted`` limits the exposed names.
+    """
     n = table.num_rows
     if n == 0:
         return []
+    index = _series_index(labels)
     names = table.column("metric_name").combine_chunks().dictionary_encode()
+    dictionary = [str(x) for x in names.dictionary.to_pylist()]
     name_code = np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
     sid = np.asarray(table.column("series_id").to_numpy(), dtype=np.int64)
     tns = np.asarray(table.column("time_unix_nano").to_numpy(), dtype=np.int64)
@@ -271,24 +286,17 @@ def to_series(table: pa.Table, wanted: Sequence[str] | None = None) -> list[Seri
     wanted_set = set(wanted) if wanted is not None else None
     out = _Collector()
     for a, b in zip(starts, ends, strict=True):
+        row = index.get((dictionary[int(name_code[a])], int(sid[a])))
+        if row is None:  # written between the two reads: seen by the next query
+            continue
         rows = order[a:b]
-        first = int(rows[0])
-        info = MetricInfo(
-            str(table.column("metric_name")[first].as_py()),
-            str(table.column("metric_type")[first].as_py()),
-            str(table.column("metric_unit")[first].as_py() or ""),
-            table.column("is_monotonic")[first].as_py(),
-            table.column("aggregation_temporality")[first].as_py(),
-            "",
-        )
-        attributes = _map_at(table.column("attributes"), first)
-        resource = _map_at(table.column("resource_attributes"), first)
+        info = _info_at(labels, row)
+        attributes = _map_at(labels.column("attributes"), row)
+        resource = _map_at(labels.column("resource_attributes"), row)
         t = tns[a:b] // 1_000_000
         stale = (flags[a:b] & STALE_FLAG) != 0
         base = info.base
-
         emit = _Emitter(out, wanted_set, attributes, resource, t, stale)
-
         if info.metric_type in ("gauge", "sum"):
             v = _floats(table.column("value"), rows)
             if info.metric_type == "sum" and info.temporality == 1:

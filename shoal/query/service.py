@@ -54,6 +54,7 @@ def limits_from_config(config: Config) -> Limits:
         max_sql_bytes=int(config.query_max_sql_bytes),
         max_concurrency=int(config.query_max_concurrency),
         max_rows=int(config.query_max_rows),
+        max_samples=int(config.promql_max_samples),
     )
 
 
@@ -277,7 +278,7 @@ class QueryService:
         return tuple(held)
 
     def _plan(
-        self, prepared: Prepared
+        self, prepared: Prepared, caps: Limits
     ) -> tuple[pa.Schema, RecordBatchStream, engine.TenantSession]:
         session = self.sessions.acquire(prepared.tenant)
         try:
@@ -295,7 +296,7 @@ class QueryService:
                 )
             if type(frame.logical_plan().to_variant()).__name__ not in _ROOT_ONLY_PLANS:
                 # Let DataFusion stop (and sort with a top-k) once the row cap is exceeded.
-                frame = frame.limit(self.limits.max_rows + 1)
+                frame = frame.limit(caps.max_rows + 1)
             schema = frame.schema()
             stream = frame.execute_stream()
         except Exception as exc:
@@ -303,8 +304,14 @@ class QueryService:
             raise limits.translate(exc, self.limits) from exc
         return schema, stream, session
 
-    async def execute(self, prepared: Prepared) -> QueryResult:
-        """Plan ``prepared`` and start it; errors here come before any response byte."""
+    async def execute(self, prepared: Prepared, max_rows: int | None = None) -> QueryResult:
+        """Plan ``prepared`` and start it; errors here come before any response byte.
+
+        ``max_rows`` replaces ``query_max_rows`` for this query (PromQL's sample reads).
+        """
+        caps = (
+            self.limits if max_rows is None else dataclasses.replace(self.limits, max_rows=max_rows)
+        )
         deadline = prepared.started + self.limits.timeout_s
         slots = await self._acquire_slots(prepared.tenant, deadline)
         loop = asyncio.get_running_loop()
@@ -332,7 +339,7 @@ class QueryService:
             except RuntimeError:  # the service is shutting down
                 finish(list(session_box))
 
-        future = loop.run_in_executor(self._executor, self._plan, prepared)
+        future = loop.run_in_executor(self._executor, self._plan, prepared, caps)
         try:
             schema, stream, session = await asyncio.wait_for(
                 asyncio.shield(future), max(deadline - time.monotonic(), 0.001)
@@ -353,7 +360,7 @@ class QueryService:
             release()
             raise
         session_box.append(session)
-        return QueryResult(schema, stream, deadline, self.limits, release, prepared)
+        return QueryResult(schema, stream, deadline, caps, release, prepared)
 
     async def run(
         self, tenant: str, sql: str, as_of: AsOf | None = None
