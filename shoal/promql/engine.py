@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from shoal.errors import PromQLError
-from shoal.promql import aggregate, binary, fetch, functions, ranges, tree
-from shoal.promql.model import F64, I64, Matrix, Series, Vec
+from shoal.promql import aggregate, binary, fetch, functions, mapping, ranges, tree
+from shoal.promql.model import F64, I64, NAME, Matrix, Series, Vec
 from shoal.promql.tree import Aggregate, Binary, Call, Neg, Node, Num, Selector, Str, Subquery
 
 logger = logging.getLogger(__name__)
@@ -78,14 +78,17 @@ async def load(
     catalog = await source.catalog(lo, hi)
     data: dict[int, list[Series]] = {}
     for sel, a, b in needs:
+        found: list[Series] = []
+        if all(m.matches(mapping.TARGET_INFO) for m in sel.matchers if m.name == NAME):
+            found = fetch.target_series(await source.targets(a, b))
         names = fetch.select_metrics(catalog, sel.matchers)
         if not names:
-            data[id(sel)] = []
+            data[id(sel)] = [s for s in found if fetch.matches_all(s.labels, sel.matchers)]
             continue
         wanted = sorted({n for info in catalog if info.otlp_name in names for n in info.names})
         table = await source.rows(names, a, b)
         labels = await source.series(names, a, b)
-        series = fetch.to_series(table, labels, wanted)
+        series = found + fetch.to_series(table, labels, wanted)
         data[id(sel)] = [s for s in series if fetch.matches_all(s.labels, sel.matchers)]
     return data
 

@@ -30,8 +30,8 @@ STALE_FLAG = 1
 """OTLP's FLAG_NO_RECORDED_VALUE: the point marks the series as gone (a stale marker)."""
 
 COLUMNS = (
-    "metric_name, series_id, time_unix_nano, flags, value, count, sum, bucket_counts, "
-    "explicit_bounds, quantile_values"
+    "metric_name, series_id, time_unix_nano, start_time_unix_nano, flags, value, count, sum, "
+    "bucket_counts, explicit_bounds, quantile_values"
 )
 """The sample columns; attribute maps are read once per series (:meth:`QuerySource.series`)."""
 
@@ -68,6 +68,8 @@ class SampleSource(Protocol):
     async def exemplars(
         self, otlp_names: Sequence[str], start_ms: int, end_ms: int
     ) -> pa.Table: ...
+
+    async def targets(self, start_ms: int, end_ms: int) -> pa.Table: ...
 
 
 def _iso(ms: int) -> str:
@@ -165,6 +167,35 @@ class QuerySource:
         )
         return await self._run(sql)
 
+    async def targets(self, start_ms: int, end_ms: int) -> pa.Table:
+        """Each resource (by job and instance) with every time it sent a point."""
+        sql = (
+            "SELECT first_value(resource_attributes) AS resource_attributes, time_unix_nano "
+            f"FROM metrics WHERE {_time_filter(start_ms, end_ms)} GROUP BY service_name, "
+            "resource_attributes['service.namespace'], "
+            "resource_attributes['service.instance.id'], time_unix_nano"
+        )
+        return await self._run(sql)
+
+
+def target_series(table: pa.Table) -> list[Series]:
+    """``target_info`` series: value 1 whenever the resource sent a point."""
+    if table.num_rows == 0:
+        return []
+    times = np.asarray(table.column("time_unix_nano").to_numpy(), dtype=np.int64) // 1_000_000
+    resources = table.column("resource_attributes").to_pylist()
+    found: dict[LabelKey, tuple[Labels, list[int]]] = {}
+    for raw, t in zip(resources, times, strict=True):
+        labels = mapping.target_labels({str(k): str(v) for k, v in raw or []})
+        if labels is None:
+            continue
+        found.setdefault(key(labels), (labels, []))[1].append(int(t))
+    out = []
+    for labels, ts in found.values():
+        t_arr = np.unique(np.asarray(ts, dtype=np.int64))
+        out.append(Series(labels, t_arr, np.ones(len(t_arr))))
+    return out
+
 
 # -- matchers ---------------------------------------------------------------------
 
@@ -253,6 +284,18 @@ def _floats(column: pa.ChunkedArray, rows: np.ndarray) -> np.ndarray:
     return np.asarray(taken.to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
+def restarts(t_ms: np.ndarray, start_ns: np.ndarray) -> np.ndarray:
+    """Start times (ms) of restarts: a point whose start time changed and lies after the
+    previous point. A zero sample there makes ``rate`` and ``increase`` see the reset even
+    when the new count already exceeds the old one."""
+    if len(t_ms) < 2:
+        return np.zeros(0, dtype=np.int64)
+    start_ms = start_ns // 1_000_000
+    new = (start_ns[1:] != start_ns[:-1]) & (start_ns[1:] > 0)
+    new &= (start_ms[1:] > t_ms[:-1]) & (start_ms[1:] < t_ms[1:])
+    return np.asarray(start_ms[1:][new], dtype=np.int64)
+
+
 def _series_index(labels: pa.Table) -> dict[tuple[str, int], int]:
     names = labels.column("metric_name").to_pylist()
     sids = labels.column("series_id").to_pylist()
@@ -283,6 +326,7 @@ def to_series(
     starts = np.flatnonzero(change)
     ends = np.append(starts[1:], n)
     flags = np.asarray(table.column("flags").to_numpy(), dtype=np.int64)[order]
+    start_ns = np.asarray(table.column("start_time_unix_nano").to_numpy(), dtype=np.int64)[order]
     wanted_set = set(wanted) if wanted is not None else None
     out = _Collector()
     for a, b in zip(starts, ends, strict=True):
@@ -297,6 +341,12 @@ def to_series(
         stale = (flags[a:b] & STALE_FLAG) != 0
         base = info.base
         emit = _Emitter(out, wanted_set, attributes, resource, t, stale)
+        cumulative = info.metric_type == "summary" or (
+            info.temporality == 2
+            and (info.metric_type == "histogram" or (info.metric_type == "sum" and info.monotonic))
+        )
+        if cumulative:
+            emit.zeros = restarts(t, start_ns[a:b])
         if info.metric_type in ("gauge", "sum"):
             v = _floats(table.column("value"), rows)
             if info.metric_type == "sum" and info.temporality == 1:
@@ -320,6 +370,8 @@ class _Emitter:
     resource: dict[str, str]
     t: np.ndarray
     stale: np.ndarray
+    zeros: np.ndarray | None = None
+    """Times of injected zero samples: a counter restarted (a new start time)."""
 
     def __call__(
         self,
@@ -333,10 +385,16 @@ class _Emitter:
         labels = mapping.series_labels(name, self.attributes, self.resource)
         if extra:
             labels.update(extra)
-        if keep is None:
-            self.out.add(labels, self.t, values, self.stale)
-        else:
-            self.out.add(labels, self.t[keep], values[keep], self.stale[keep])
+        t, stale = self.t, self.stale
+        if keep is not None:
+            t, values, stale = t[keep], values[keep], stale[keep]
+        if self.zeros is not None and len(self.zeros):
+            t = np.concatenate([t, self.zeros])
+            values = np.concatenate([values, np.zeros(len(self.zeros))])
+            stale = np.concatenate([stale, np.zeros(len(self.zeros), dtype=bool)])
+            order = np.argsort(t, kind="stable")
+            t, values, stale = t[order], values[order], stale[order]
+        self.out.add(labels, t, values, stale)
 
 
 def _histogram(table: pa.Table, rows: np.ndarray, base: str, emit: _Emitter, delta: bool) -> None:

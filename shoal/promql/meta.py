@@ -13,7 +13,7 @@ import numpy as np
 
 from shoal.errors import PromQLError
 from shoal.promql import fetch, mapping, tree
-from shoal.promql.model import Labels, key
+from shoal.promql.model import NAME, Labels, key
 from shoal.promql.output import seconds
 from shoal.promql.tree import Selector
 
@@ -40,9 +40,14 @@ async def series(
     found: dict[Any, Labels] = {}
     if not matches:
         table = await source.series(None, start_ms, end_ms)
-        return fetch.series_label_sets(table)
+        targets = fetch.target_series(await source.targets(start_ms, end_ms))
+        return fetch.series_label_sets(table) + [t.labels for t in targets]
     catalog = await source.catalog(start_ms, end_ms)
     for sel in matches:
+        if all(m.matches(mapping.TARGET_INFO) for m in sel.matchers if m.name == NAME):
+            for target in fetch.target_series(await source.targets(start_ms, end_ms)):
+                if fetch.matches_all(target.labels, sel.matchers):
+                    found.setdefault(key(target.labels), target.labels)
         names = fetch.select_metrics(catalog, sel.matchers)
         if not names:
             continue
@@ -71,7 +76,10 @@ async def label_values(
 ) -> list[str]:
     if name == "__name__" and not matches:
         catalog = await source.catalog(start_ms, end_ms)
-        return sorted({n for info in catalog for n in info.names})
+        names = {n for info in catalog for n in info.names}
+        if fetch.target_series(await source.targets(start_ms, end_ms)):
+            names.add(mapping.TARGET_INFO)
+        return sorted(names)
     values: set[str] = set()
     for labels in await series(source, matches, start_ms, end_ms):
         value = labels.get(name)
