@@ -69,7 +69,7 @@ class SampleSource(Protocol):
         self, otlp_names: Sequence[str], start_ms: int, end_ms: int
     ) -> pa.Table: ...
 
-    async def targets(self, start_ms: int, end_ms: int) -> pa.Table: ...
+    async def targets(self, start_ms: int, end_ms: int) -> tuple[pa.Table, pa.Table]: ...
 
 
 def _iso(ms: int) -> str:
@@ -81,13 +81,14 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _time_filter(start_ms: int, end_ms: int) -> str:
+def _time_filter(start_ms: int, end_ms: int, alias: str = "") -> str:
     # timestamp is microseconds (floor of the nanoseconds): widen by a millisecond on
     # both ends for the pruning bounds, then cut exactly on time_unix_nano.
+    p = f"{alias}." if alias else ""
     return (
-        f"timestamp >= '{_iso(start_ms - 1)}' AND timestamp <= '{_iso(end_ms + 1)}' "
-        f"AND time_unix_nano >= {start_ms * 1_000_000} "
-        f"AND time_unix_nano < {(end_ms + 1) * 1_000_000}"
+        f"{p}timestamp >= '{_iso(start_ms - 1)}' AND {p}timestamp <= '{_iso(end_ms + 1)}' "
+        f"AND {p}time_unix_nano >= {start_ms * 1_000_000} "
+        f"AND {p}time_unix_nano < {(end_ms + 1) * 1_000_000}"
     )
 
 
@@ -143,17 +144,22 @@ class QuerySource:
     async def series(
         self, otlp_names: Sequence[str] | None, start_ms: int, end_ms: int
     ) -> pa.Table:
+        # One row per series: its first point's row, found by a join on the first time
+        # (an aggregate of the map columns costs far more memory in DataFusion).
         where = _time_filter(start_ms, end_ms)
+        outer = _time_filter(start_ms, end_ms, "m")
         if otlp_names is not None:
             names = ", ".join(_quote(n) for n in sorted(set(otlp_names)))
             where = f"metric_name IN ({names}) AND {where}"
+            outer = f"m.metric_name IN ({names}) AND {outer}"
         sql = (
-            "SELECT metric_name, metric_type, metric_unit, is_monotonic, aggregation_temporality, "
-            "series_id, first_value(attributes) AS attributes, "
-            "first_value(resource_attributes) AS resource_attributes, "
-            "first_value(explicit_bounds) AS explicit_bounds, "
-            "first_value(quantile_values) AS quantile_values "
-            f"FROM metrics WHERE {where} GROUP BY 1, 2, 3, 4, 5, 6"
+            "SELECT m.metric_name, m.metric_type, m.metric_unit, m.is_monotonic, "
+            "m.aggregation_temporality, m.series_id, m.attributes, m.resource_attributes, "
+            "m.explicit_bounds, m.quantile_values FROM metrics m JOIN ("
+            "SELECT metric_name, series_id, min(time_unix_nano) AS first_ns FROM metrics "
+            f"WHERE {where} GROUP BY metric_name, series_id) f "
+            "ON m.metric_name = f.metric_name AND m.series_id = f.series_id "
+            f"AND m.time_unix_nano = f.first_ns WHERE {outer}"
         )
         return await self._run(sql)
 
@@ -167,31 +173,59 @@ class QuerySource:
         )
         return await self._run(sql)
 
-    async def targets(self, start_ms: int, end_ms: int) -> pa.Table:
-        """Each resource (by job and instance) with every time it sent a point."""
-        sql = (
-            "SELECT first_value(resource_attributes) AS resource_attributes, time_unix_nano "
-            f"FROM metrics WHERE {_time_filter(start_ms, end_ms)} GROUP BY service_name, "
-            "resource_attributes['service.namespace'], "
-            "resource_attributes['service.instance.id'], time_unix_nano"
+    async def targets(self, start_ms: int, end_ms: int) -> tuple[pa.Table, pa.Table]:
+        """Each resource (by service and instance) with its attributes, and every time it
+        sent a point."""
+        target = (
+            "coalesce(service_name, '') AS s, "
+            "coalesce(resource_attributes['service.namespace'], '') AS ns, "
+            "coalesce(resource_attributes['service.instance.id'], '') AS iid"
         )
-        return await self._run(sql)
+        where = _time_filter(start_ms, end_ms)
+        times = await self._run(
+            f"SELECT {target}, time_unix_nano FROM metrics WHERE {where} GROUP BY 1, 2, 3, 4"
+        )
+        resources = await self._run(
+            f"WITH k AS (SELECT {target}, resource_attributes, time_unix_nano FROM metrics "
+            f"WHERE {where}), f AS (SELECT s, ns, iid, min(time_unix_nano) AS t FROM k "
+            "GROUP BY s, ns, iid) SELECT k.s, k.ns, k.iid, k.resource_attributes FROM k JOIN f "
+            "ON k.s = f.s AND k.ns = f.ns AND k.iid = f.iid AND k.time_unix_nano = f.t"
+        )
+        return resources, times
 
 
-def target_series(table: pa.Table) -> list[Series]:
+def _target_keys(table: pa.Table) -> list[tuple[str, str, str]]:
+    return list(
+        zip(
+            table.column("s").to_pylist(),
+            table.column("ns").to_pylist(),
+            table.column("iid").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def target_series(found: tuple[pa.Table, pa.Table]) -> list[Series]:
     """``target_info`` series: value 1 whenever the resource sent a point."""
-    if table.num_rows == 0:
+    resources, times = found
+    labels_of: dict[tuple[str, str, str], Labels] = {}
+    for k, raw in zip(
+        _target_keys(resources), resources.column("resource_attributes").to_pylist(), strict=True
+    ):
+        labels = mapping.target_labels({str(a): str(b) for a, b in raw or []})
+        if labels is not None:
+            labels_of[k] = labels
+    if not labels_of or times.num_rows == 0:
         return []
-    times = np.asarray(table.column("time_unix_nano").to_numpy(), dtype=np.int64) // 1_000_000
-    resources = table.column("resource_attributes").to_pylist()
-    found: dict[LabelKey, tuple[Labels, list[int]]] = {}
-    for raw, t in zip(resources, times, strict=True):
-        labels = mapping.target_labels({str(k): str(v) for k, v in raw or []})
-        if labels is None:
-            continue
-        found.setdefault(key(labels), (labels, []))[1].append(int(t))
+    t_ms = np.asarray(times.column("time_unix_nano").to_numpy(), dtype=np.int64) // 1_000_000
+    keys = _target_keys(times)
+    by_target: dict[LabelKey, tuple[Labels, list[int]]] = {}
+    for k, t in zip(keys, t_ms, strict=True):
+        labels = labels_of.get(k)
+        if labels is not None:
+            by_target.setdefault(key(labels), (labels, []))[1].append(int(t))
     out = []
-    for labels, ts in found.values():
+    for labels, ts in by_target.values():
         t_arr = np.unique(np.asarray(ts, dtype=np.int64))
         out.append(Series(labels, t_arr, np.ones(len(t_arr))))
     return out
