@@ -108,9 +108,13 @@ def _label_replace(vec: Vec, dst: str, repl: str, src: str, regex: str) -> Vec:
     try:
         pattern = re.compile(regex)
     except re.error as exc:
-        raise PromQLError(f"invalid regular expression in label_replace(): {regex}") from exc
+        raise PromQLError(
+            f"invalid regular expression in label_replace(): {regex}", error_type="execution"
+        ) from exc
     if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", dst):
-        raise PromQLError(f"invalid destination label name in label_replace(): {dst}")
+        raise PromQLError(
+            f"invalid destination label name in label_replace(): {dst}", error_type="execution"
+        )
     labels = []
     for lab in vec.labels:
         m = pattern.fullmatch(lab.get(src, ""))
