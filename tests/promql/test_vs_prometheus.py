@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from loadtest import remote_write
 from loadtest.ingest import ServerProcess
-from tests.promql import dataset, otlp_data, remote_write
+from tests.promql import dataset, otlp_data
 from tests.promql.conftest import Prometheus, get_json, post
 
 MINUTE = 60_000

@@ -1,6 +1,6 @@
 """A Prometheus remote-write 1.0 body, encoded by hand: WriteRequest protobuf + snappy block.
 
-Only what the comparison test sends: labels and float samples.
+Only what the PromQL comparison test and benchmark send: labels and float samples.
 ``WriteRequest{timeseries=1}``, ``TimeSeries{labels=1, samples=2}``,
 ``Label{name=1, value=2}``, ``Sample{value=1 (double), timestamp=2 (int64)}``.
 """
