@@ -76,21 +76,23 @@ async def load(
     lo = min(n[1] for n in needs)
     hi = max(n[2] for n in needs)
     catalog = await source.catalog(lo, hi)
-    data: dict[int, list[Series]] = {}
-    for sel, a, b in needs:
+    loop = asyncio.get_running_loop()
+
+    async def one(sel: Selector, a: int, b: int) -> list[Series]:
         found: list[Series] = []
         if all(m.matches(mapping.TARGET_INFO) for m in sel.matchers if m.name == NAME):
             found = fetch.target_series(await source.targets(a, b))
         names = fetch.select_metrics(catalog, sel.matchers)
-        if not names:
-            data[id(sel)] = [s for s in found if fetch.matches_all(s.labels, sel.matchers)]
-            continue
-        wanted = sorted({n for info in catalog if info.otlp_name in names for n in info.names})
-        table = await source.rows(names, a, b)
-        labels = await source.series(names, a, b)
-        series = found + fetch.to_series(table, labels, wanted)
-        data[id(sel)] = [s for s in series if fetch.matches_all(s.labels, sel.matchers)]
-    return data
+        if names:
+            wanted = sorted({n for info in catalog if info.otlp_name in names for n in info.names})
+            table, labels = await asyncio.gather(
+                source.rows(names, a, b), source.series(names, a, b)
+            )
+            found += await loop.run_in_executor(None, fetch.to_series, table, labels, wanted)
+        return [s for s in found if fetch.matches_all(s.labels, sel.matchers)]
+
+    results = await asyncio.gather(*(one(sel, a, b) for sel, a, b in needs))
+    return {id(sel): series for (sel, _, _), series in zip(needs, results, strict=True)}
 
 
 class Evaluator:
