@@ -34,6 +34,10 @@ COLUMNS = (
     "bucket_counts, explicit_bounds, quantile_values"
 )
 """The sample columns; attribute maps are read once per series (:meth:`QuerySource.series`)."""
+SERIES_COLUMNS = (
+    "metric_name, metric_type, metric_unit, is_monotonic, aggregation_temporality, series_id, "
+    "attributes, resource_attributes, explicit_bounds, quantile_values"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +73,9 @@ class SampleSource(Protocol):
         self, otlp_names: Sequence[str], start_ms: int, end_ms: int
     ) -> pa.Table: ...
 
-    async def targets(self, start_ms: int, end_ms: int) -> tuple[pa.Table, pa.Table]: ...
+    async def targets(
+        self, start_ms: int, end_ms: int, times: bool = True
+    ) -> tuple[pa.Table, pa.Table]: ...
 
 
 def _iso(ms: int) -> str:
@@ -144,24 +150,29 @@ class QuerySource:
     async def series(
         self, otlp_names: Sequence[str] | None, start_ms: int, end_ms: int
     ) -> pa.Table:
-        # One row per series: its first point's row, found by a join on the first time
-        # (an aggregate of the map columns costs far more memory in DataFusion).
-        where = _time_filter(start_ms, end_ms)
-        outer = _time_filter(start_ms, end_ms, "m")
+        """One row per series (name, type, attribute maps), from its first point in range.
+
+        The first times come from a read without the map columns; the maps are then read
+        only between the earliest and the latest first time, usually a sliver of the
+        range, and the first row of each series is kept.
+        """
+        names = ""
         if otlp_names is not None:
             names = ", ".join(_quote(n) for n in sorted(set(otlp_names)))
-            where = f"metric_name IN ({names}) AND {where}"
-            outer = f"m.metric_name IN ({names}) AND {outer}"
-        sql = (
-            "SELECT m.metric_name, m.metric_type, m.metric_unit, m.is_monotonic, "
-            "m.aggregation_temporality, m.series_id, m.attributes, m.resource_attributes, "
-            "m.explicit_bounds, m.quantile_values FROM metrics m JOIN ("
+            names = f"metric_name IN ({names}) AND "
+        firsts = await self._run(
+            "SELECT min(first_ns) AS lo, max(first_ns) AS hi FROM ("
             "SELECT metric_name, series_id, min(time_unix_nano) AS first_ns FROM metrics "
-            f"WHERE {where} GROUP BY metric_name, series_id) f "
-            "ON m.metric_name = f.metric_name AND m.series_id = f.series_id "
-            f"AND m.time_unix_nano = f.first_ns WHERE {outer}"
+            f"WHERE {names}{_time_filter(start_ms, end_ms)} GROUP BY metric_name, series_id)"
         )
-        return await self._run(sql)
+        lo, hi = firsts.column("lo")[0].as_py(), firsts.column("hi")[0].as_py()
+        if lo is None or hi is None:
+            return pa.table({c: [] for c in SERIES_COLUMNS.split(", ")})
+        rows = await self._run(
+            f"SELECT {SERIES_COLUMNS}, time_unix_nano FROM metrics WHERE {names}"
+            f"{_time_filter(int(lo) // 1_000_000, int(hi) // 1_000_000)}"
+        )
+        return first_per_series(rows)
 
     async def exemplars(self, otlp_names: Sequence[str], start_ms: int, end_ms: int) -> pa.Table:
         names = ", ".join(_quote(n) for n in sorted(set(otlp_names)))
@@ -173,25 +184,45 @@ class QuerySource:
         )
         return await self._run(sql)
 
-    async def targets(self, start_ms: int, end_ms: int) -> tuple[pa.Table, pa.Table]:
-        """Each resource (by service and instance) with its attributes, and every time it
-        sent a point."""
+    async def targets(
+        self, start_ms: int, end_ms: int, times: bool = True
+    ) -> tuple[pa.Table, pa.Table]:
+        """Each resource (by service and instance) with its attributes, and (with ``times``)
+        every time it sent a point. Attributes are read only around each resource's first
+        point, as for :meth:`series`."""
         target = (
             "coalesce(service_name, '') AS s, "
             "coalesce(resource_attributes['service.namespace'], '') AS ns, "
             "coalesce(resource_attributes['service.instance.id'], '') AS iid"
         )
         where = _time_filter(start_ms, end_ms)
-        times = await self._run(
+        empty = pa.table({"s": [], "ns": [], "iid": [], "time_unix_nano": []})
+        seen = await self._run(
             f"SELECT {target}, time_unix_nano FROM metrics WHERE {where} GROUP BY 1, 2, 3, 4"
+            if times
+            else f"SELECT {target}, min(time_unix_nano) AS time_unix_nano FROM metrics "
+            f"WHERE {where} GROUP BY 1, 2, 3"
         )
-        resources = await self._run(
-            f"WITH k AS (SELECT {target}, resource_attributes, time_unix_nano FROM metrics "
-            f"WHERE {where}), f AS (SELECT s, ns, iid, min(time_unix_nano) AS t FROM k "
-            "GROUP BY s, ns, iid) SELECT k.s, k.ns, k.iid, k.resource_attributes FROM k JOIN f "
-            "ON k.s = f.s AND k.ns = f.ns AND k.iid = f.iid AND k.time_unix_nano = f.t"
+        if seen.num_rows == 0:
+            return empty.append_column("resource_attributes", pa.array([])), empty
+        firsts = pc.min_max(seen.column("time_unix_nano"))
+        lo = int(firsts["min"].as_py()) // 1_000_000
+        hi = int(firsts["max"].as_py()) // 1_000_000 if not times else lo
+        if times:  # the latest first time over the resources
+            keys = _target_keys(seen)
+            t = seen.column("time_unix_nano").to_pylist()
+            first: dict[tuple[str, str, str], int] = {}
+            for k, ti in zip(keys, t, strict=True):
+                first[k] = min(first.get(k, ti), ti)
+            hi = max(first.values()) // 1_000_000
+        rows = await self._run(
+            f"SELECT {target}, resource_attributes FROM metrics WHERE {_time_filter(lo, hi)}"
         )
-        return resources, times
+        unique: dict[tuple[str, str, str], int] = {}
+        for i, k in enumerate(_target_keys(rows)):
+            unique.setdefault(k, i)
+        resources = rows.take(pa.array(list(unique.values()), type=pa.int64()))
+        return resources, seen if times else empty
 
 
 def _target_keys(table: pa.Table) -> list[tuple[str, str, str]]:
@@ -202,6 +233,14 @@ def _target_keys(table: pa.Table) -> list[tuple[str, str, str]]:
             table.column("iid").to_pylist(),
             strict=True,
         )
+    )
+
+
+def has_targets(resources: pa.Table) -> bool:
+    """Whether any resource has attributes beyond its identity (a ``target_info`` series)."""
+    return any(
+        mapping.target_labels({str(a): str(b) for a, b in raw or []}) is not None
+        for raw in resources.column("resource_attributes").to_pylist()
     )
 
 
@@ -328,6 +367,20 @@ def restarts(t_ms: np.ndarray, start_ns: np.ndarray) -> np.ndarray:
     new = (start_ns[1:] != start_ns[:-1]) & (start_ns[1:] > 0)
     new &= (start_ms[1:] > t_ms[:-1]) & (start_ms[1:] < t_ms[1:])
     return np.asarray(start_ms[1:][new], dtype=np.int64)
+
+
+def first_per_series(rows: pa.Table) -> pa.Table:
+    """The earliest row of each (metric name, series id) in ``rows``."""
+    if rows.num_rows == 0:
+        return rows
+    names = rows.column("metric_name").combine_chunks().dictionary_encode()
+    code = np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    sid = np.asarray(rows.column("series_id").to_numpy(), dtype=np.int64)
+    t = np.asarray(rows.column("time_unix_nano").to_numpy(), dtype=np.int64)
+    order = np.lexsort((t, sid, code))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (code[order][1:] != code[order][:-1]) | (sid[order][1:] != sid[order][:-1])
+    return rows.take(pa.array(order[first]))
 
 
 def _series_index(labels: pa.Table) -> dict[tuple[str, int], int]:

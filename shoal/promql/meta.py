@@ -77,7 +77,8 @@ async def label_values(
     if name == "__name__" and not matches:
         catalog = await source.catalog(start_ms, end_ms)
         names = {n for info in catalog for n in info.names}
-        if fetch.target_series(await source.targets(start_ms, end_ms)):
+        resources, _ = await source.targets(start_ms, end_ms, times=False)
+        if fetch.has_targets(resources):
             names.add(mapping.TARGET_INFO)
         return sorted(names)
     values: set[str] = set()
