@@ -416,6 +416,7 @@ def to_series(
     start_ns = np.asarray(table.column("start_time_unix_nano").to_numpy(), dtype=np.int64)[order]
     wanted_set = set(wanted) if wanted is not None else None
     out = _Collector()
+    lists: tuple[FlatLists, FlatLists] | None = None
     for a, b in zip(starts, ends, strict=True):
         row = index.get((dictionary[int(name_code[a])], int(sid[a])))
         if row is None:  # written between the two reads: seen by the next query
@@ -441,7 +442,12 @@ def to_series(
                 v = np.cumsum(np.where(stale | np.isnan(v), 0.0, v))
             emit(base, v)
         elif info.metric_type == "histogram":
-            _histogram(table, rows, base, emit, delta=info.temporality == 1)
+            if lists is None:
+                lists = (
+                    FlatLists(table.column("explicit_bounds")),
+                    FlatLists(table.column("bucket_counts")),
+                )
+            _histogram(table, rows, base, emit, info.temporality == 1, lists)
         elif info.metric_type == "summary":
             _summary(table, rows, base, emit)
     return out.series()
@@ -484,7 +490,57 @@ class _Emitter:
         self.out.add(labels, t, values, stale)
 
 
-def _histogram(table: pa.Table, rows: np.ndarray, base: str, emit: _Emitter, delta: bool) -> None:
+class FlatLists:
+    """A list column as flat values with a start and a length per row, read once per table."""
+
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        arr = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        lengths = pc.list_value_length(arr).fill_null(0)
+        self.lengths = np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=np.int64)
+        self.starts = np.cumsum(self.lengths) - self.lengths
+        self.values = np.asarray(
+            pc.list_flatten(arr).to_numpy(zero_copy_only=False), dtype=np.float64
+        )
+
+    def matrix(self, rows: np.ndarray, width: int) -> np.ndarray:
+        return np.asarray(self.values[self.starts[rows][:, None] + np.arange(width)[None, :]])
+
+    def row(self, i: int) -> tuple[float, ...]:
+        a = int(self.starts[i])
+        return tuple(self.values[a : a + int(self.lengths[i])].tolist())
+
+
+def _layouts(
+    bounds: FlatLists, counts: FlatLists, rows: np.ndarray
+) -> list[tuple[tuple[float, ...], np.ndarray]]:
+    """The rows (positions in ``rows``) of each bucket layout; one layout is the usual case."""
+    valid = np.flatnonzero(counts.lengths[rows] > 0)
+    if not len(valid):
+        return []
+    width = int(counts.lengths[rows[valid[0]]])
+    same = (counts.lengths[rows[valid]] == width).all() and (
+        bounds.lengths[rows[valid]] == width - 1
+    ).all()
+    if same:
+        mat = bounds.matrix(rows[valid], width - 1)
+        if (mat == mat[0]).all():
+            return [(tuple(mat[0].tolist()), valid)]
+    groups: dict[tuple[float, ...], list[int]] = {}
+    for i in valid:
+        key_ = bounds.row(int(rows[i]))
+        if len(key_) + 1 == counts.lengths[rows[i]]:
+            groups.setdefault(key_, []).append(int(i))
+    return [(k, np.asarray(v)) for k, v in groups.items()]
+
+
+def _histogram(
+    table: pa.Table,
+    rows: np.ndarray,
+    base: str,
+    emit: _Emitter,
+    delta: bool,
+    lists: tuple[FlatLists, FlatLists],
+) -> None:
     count = _floats(table.column("count"), rows)
     total = _floats(table.column("sum"), rows)
     if delta:
@@ -492,33 +548,17 @@ def _histogram(table: pa.Table, rows: np.ndarray, base: str, emit: _Emitter, del
         total = np.cumsum(np.nan_to_num(total))
     emit(f"{base}_count", count)
     emit(f"{base}_sum", total)
-    take = pa.array(rows)
-    bounds_col = table.column("explicit_bounds").take(take)
-    counts_col = table.column("bucket_counts").take(take)
-    bounds_list = bounds_col.to_pylist()
-    flat = pc.list_flatten(counts_col).to_numpy(zero_copy_only=False).astype(np.float64)
-    lengths = pc.list_value_length(counts_col).to_numpy(zero_copy_only=False)
-    lengths = np.nan_to_num(lengths.astype(np.float64)).astype(np.int64)
-    # rows grouped by their bucket layout: usually one layout per series
-    layouts: dict[tuple[float, ...], list[int]] = {}
-    for i, bounds in enumerate(bounds_list):
-        if lengths[i] == 0:
-            continue
-        layouts.setdefault(tuple(bounds or ()), []).append(i)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    for bounds, idx in layouts.items():
-        width = len(bounds) + 1
-        sel = np.asarray(idx)
-        gather = offsets[sel][:, None] + np.arange(width)[None, :]
-        cum = np.cumsum(flat[gather], axis=1)
+    bounds, counts = lists
+    for layout, sel in _layouts(bounds, counts, rows):
+        cum = np.cumsum(counts.matrix(rows[sel], len(layout) + 1), axis=1)
         if delta:
             cum = np.cumsum(cum, axis=0)
-        les = [mapping.format_float(b) for b in bounds] + ["+Inf"]
+        keep = np.zeros(len(rows), dtype=bool)
+        keep[sel] = True
+        les = [mapping.format_float(b) for b in layout] + ["+Inf"]
         for j, le in enumerate(les):
             full = np.full(len(rows), np.nan)
             full[sel] = cum[:, j]
-            keep = np.zeros(len(rows), dtype=bool)
-            keep[sel] = True
             emit(f"{base}_bucket", full, {"le": le}, keep)
 
 

@@ -136,6 +136,15 @@ def _request() -> bytes:
     for i, v in enumerate(values):
         start = BASE - 60_000 if i < 3 else BASE + 25_000
         _point(m.sum.data_points, BASE + i * 10_000, start).as_double = v  # type: ignore[attr-defined]
+    # a histogram whose bucket layout changes between points
+    m = sm.metrics.add()
+    m.name = "layout"
+    m.histogram.aggregation_temporality = CUMULATIVE
+    for i, (bounds, counts) in enumerate((([1.0], [2, 3]), ([1.0, 2.0], [4, 1, 5]))):
+        p = _point(m.histogram.data_points, BASE + i * 10_000)
+        p.count = sum(counts)  # type: ignore[attr-defined]
+        p.explicit_bounds.extend(bounds)  # type: ignore[attr-defined]
+        p.bucket_counts.extend(counts)  # type: ignore[attr-defined]
     # a gauge that ends with a stale marker (no recorded value)
     m = sm.metrics.add()
     m.name = "gone"
@@ -209,6 +218,18 @@ def test_a_new_start_time_is_a_counter_reset(api: tuple[SyncClient, dict[str, st
     sampled = 40.0  # first to last sample, seconds
     assert raw == pytest.approx(70.0 * 40.0 / sampled)
     assert _query(api, "resets(restarts_total[40s])", t) == {"": "1"}
+
+
+def test_bucket_layout_change_within_a_series(api: tuple[SyncClient, dict[str, str]]) -> None:
+    assert _query(api, "layout_bucket", BASE + 5_000) == {
+        "__name__=layout_bucket,le=1": "2",
+        "__name__=layout_bucket,le=+Inf": "5",
+    }
+    assert _query(api, "layout_bucket", BASE + 10_000) == {
+        "__name__=layout_bucket,le=1": "4",
+        "__name__=layout_bucket,le=2": "5",
+        "__name__=layout_bucket,le=+Inf": "10",
+    }
 
 
 def test_stale_marker_ends_the_series(api: tuple[SyncClient, dict[str, str]]) -> None:
