@@ -236,12 +236,14 @@ def _target_keys(table: pa.Table) -> list[tuple[str, str, str]]:
     )
 
 
-def has_targets(resources: pa.Table) -> bool:
-    """Whether any resource has attributes beyond its identity (a ``target_info`` series)."""
-    return any(
-        mapping.target_labels({str(a): str(b) for a, b in raw or []}) is not None
-        for raw in resources.column("resource_attributes").to_pylist()
-    )
+def target_label_sets(resources: pa.Table) -> list[Labels]:
+    """The ``target_info`` label set of each resource that has attributes beyond its identity."""
+    out: dict[LabelKey, Labels] = {}
+    for raw in resources.column("resource_attributes").to_pylist():
+        labels = mapping.target_labels({str(a): str(b) for a, b in raw or []})
+        if labels is not None:
+            out.setdefault(key(labels), labels)
+    return list(out.values())
 
 
 def target_series(found: tuple[pa.Table, pa.Table]) -> list[Series]:

@@ -6,6 +6,7 @@ taken once per series) rather than every sample.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,15 +40,18 @@ async def series(
     """The label sets of the series matching any of ``matches`` (all series when empty)."""
     found: dict[Any, Labels] = {}
     if not matches:
-        table = await source.series(None, start_ms, end_ms)
-        targets = fetch.target_series(await source.targets(start_ms, end_ms))
-        return fetch.series_label_sets(table) + [t.labels for t in targets]
+        table, (resources, _) = await asyncio.gather(
+            source.series(None, start_ms, end_ms),
+            source.targets(start_ms, end_ms, times=False),
+        )
+        return fetch.series_label_sets(table) + fetch.target_label_sets(resources)
     catalog = await source.catalog(start_ms, end_ms)
     for sel in matches:
         if all(m.matches(mapping.TARGET_INFO) for m in sel.matchers if m.name == NAME):
-            for target in fetch.target_series(await source.targets(start_ms, end_ms)):
-                if fetch.matches_all(target.labels, sel.matchers):
-                    found.setdefault(key(target.labels), target.labels)
+            resources, _ = await source.targets(start_ms, end_ms, times=False)
+            for labels in fetch.target_label_sets(resources):
+                if fetch.matches_all(labels, sel.matchers):
+                    found.setdefault(key(labels), labels)
         names = fetch.select_metrics(catalog, sel.matchers)
         if not names:
             continue
@@ -78,7 +82,7 @@ async def label_values(
         catalog = await source.catalog(start_ms, end_ms)
         names = {n for info in catalog for n in info.names}
         resources, _ = await source.targets(start_ms, end_ms, times=False)
-        if fetch.has_targets(resources):
+        if fetch.target_label_sets(resources):
             names.add(mapping.TARGET_INFO)
         return sorted(names)
     values: set[str] = set()
