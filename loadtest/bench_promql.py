@@ -46,7 +46,7 @@ PANELS = {
     "rate by code": "sum by (code) (rate(http_server_requests_total[5m]))",
     "p99 all": "histogram_quantile(0.99, sum by (le) "
     "(rate(http_server_request_duration_seconds_bucket[5m])))",
-    "p50 by le,code-less": "histogram_quantile(0.5, sum by (le) "
+    "p50 all": "histogram_quantile(0.5, sum by (le) "
     "(rate(http_server_request_duration_seconds_bucket[5m])))",
     "topk instances": "topk(5, sum by (instance) (rate(http_server_requests_total[5m])))",
     "error ratio": 'sum(rate(http_server_requests_total{code="500"}[5m])) '
