@@ -21,9 +21,9 @@ from fastapi.responses import JSONResponse
 from shoal import __version__
 from shoal.api.auth import Principal
 from shoal.errors import AuthError, PermissionDeniedError, PromQLError, QueryError, QueryLimitError
-from shoal.promql import engine, meta, output
-from shoal.promql.fetch import QuerySource
+from shoal.promql import engine, meta, output, tree
 from shoal.promql.params import MAX_TIME_MS, MIN_TIME_MS, parse_duration, parse_time
+from shoal.promql.source import QuerySource
 from shoal.query.service import QueryService
 
 logger = logging.getLogger(__name__)
@@ -227,11 +227,8 @@ async def _exemplars(principal: Principal, source: QuerySource, params: Params) 
     if not text:
         raise PromQLError('invalid parameter "query": query must not be empty')
     start_ms, end_ms = _range(params)
-    from shoal.promql import tree
-
     root = tree.parse(text, start_ms, end_ms)
-    sels = [s for s, _, _ in engine._needs(root, start_ms, end_ms)]
-    return await meta.exemplars(source, sels, start_ms, end_ms)
+    return await meta.exemplars(source, engine.selectors(root, start_ms, end_ms), start_ms, end_ms)
 
 
 for path, handler, methods in (

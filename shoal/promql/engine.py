@@ -2,7 +2,7 @@
 
 :func:`evaluate` parses the expression, works out the time range each selector
 needs (lookback, ranges, offsets, ``@``, subqueries), fetches those samples
-through a :class:`~shoal.promql.fetch.SampleSource`, then evaluates the tree in
+through a :class:`~shoal.promql.source.SampleSource`, then evaluates the tree in
 a worker thread. Instant queries are range queries with one step.
 """
 
@@ -18,6 +18,7 @@ import numpy as np
 from shoal.errors import PromQLError
 from shoal.promql import aggregate, binary, fetch, functions, mapping, ranges, tree
 from shoal.promql.model import F64, I64, NAME, Matrix, Series, Vec
+from shoal.promql.source import SampleSource
 from shoal.promql.tree import Aggregate, Binary, Call, Neg, Node, Num, Selector, Str, Subquery
 
 logger = logging.getLogger(__name__)
@@ -66,8 +67,13 @@ def _needs(node: Node, lo: int, hi: int) -> Iterator[tuple[Selector, int, int]]:
         yield from _needs(node.expr, lo, hi)
 
 
+def selectors(root: Node, start_ms: int, end_ms: int) -> list[Selector]:
+    """The selectors of an expression (for exemplar lookups)."""
+    return [sel for sel, _, _ in _needs(root, start_ms, end_ms)]
+
+
 async def load(
-    source: fetch.SampleSource, root: Node, start_ms: int, end_ms: int
+    source: SampleSource, root: Node, start_ms: int, end_ms: int
 ) -> dict[int, list[Series]]:
     """The samples of every selector in ``root``, keyed by the selector's ``id``."""
     needs = list(_needs(root, start_ms, end_ms))
@@ -236,7 +242,7 @@ def steps(start_ms: int, end_ms: int, step_ms: int) -> I64:
 
 
 async def evaluate(
-    source: fetch.SampleSource,
+    source: SampleSource,
     text: str,
     start_ms: int,
     end_ms: int,

@@ -16,6 +16,7 @@ from shoal.errors import PromQLError
 from shoal.promql import fetch, mapping, tree
 from shoal.promql.model import NAME, Labels, key
 from shoal.promql.output import seconds
+from shoal.promql.source import SampleSource
 from shoal.promql.tree import Selector
 
 
@@ -35,7 +36,7 @@ def selectors(texts: Sequence[str], start_ms: int, end_ms: int) -> list[Selector
 
 
 async def series(
-    source: fetch.SampleSource, matches: Sequence[Selector], start_ms: int, end_ms: int
+    source: SampleSource, matches: Sequence[Selector], start_ms: int, end_ms: int
 ) -> list[Labels]:
     """The label sets of the series matching any of ``matches`` (all series when empty)."""
     found: dict[Any, Labels] = {}
@@ -63,7 +64,7 @@ async def series(
 
 
 async def label_names(
-    source: fetch.SampleSource, matches: Sequence[Selector], start_ms: int, end_ms: int
+    source: SampleSource, matches: Sequence[Selector], start_ms: int, end_ms: int
 ) -> list[str]:
     names: set[str] = set()
     for labels in await series(source, matches, start_ms, end_ms):
@@ -72,7 +73,7 @@ async def label_names(
 
 
 async def label_values(
-    source: fetch.SampleSource,
+    source: SampleSource,
     name: str,
     matches: Sequence[Selector],
     start_ms: int,
@@ -94,7 +95,7 @@ async def label_values(
 
 
 async def metadata(
-    source: fetch.SampleSource, metric: str | None, start_ms: int, end_ms: int
+    source: SampleSource, metric: str | None, start_ms: int, end_ms: int
 ) -> dict[str, list[dict[str, str]]]:
     out: dict[str, list[dict[str, str]]] = {}
     for info in await source.catalog(start_ms, end_ms):
@@ -114,7 +115,7 @@ async def metadata(
 
 
 async def exemplars(
-    source: fetch.SampleSource, matches: Sequence[Selector], start_ms: int, end_ms: int
+    source: SampleSource, matches: Sequence[Selector], start_ms: int, end_ms: int
 ) -> list[dict[str, Any]]:
     """Exemplars of the series the selectors match, with their trace and span ids."""
     catalog = await source.catalog(start_ms, end_ms)

@@ -10,8 +10,16 @@ import promql_parser
 
 from shoal.errors import PromQLError
 
-MIN_TIME_MS = -9_223_372_036_854_775 // 1000 * 1000
-MAX_TIME_MS = 9_223_372_036_854_775 // 1000 * 1000
+MIN_TIME_MS = 0
+"""Unix epoch: OTLP times are unsigned, nothing is stored before it."""
+MAX_TIME_MS = 253_402_300_799_000
+"""9999-12-31T23:59:59Z, the last time an RFC 3339 timestamp can write."""
+
+
+def _bounded(ms: int) -> int:
+    # Prometheus accepts any int64 millisecond time; no sample can lie outside these
+    # bounds, so a time beyond them is clamped (an open-ended range) rather than refused.
+    return min(max(ms, MIN_TIME_MS), MAX_TIME_MS)
 
 
 def parse_time(text: str, name: str) -> int:
@@ -22,7 +30,12 @@ def parse_time(text: str, name: str) -> int:
     except decimal.InvalidOperation:
         number = None
     if number is not None and number.is_finite():
-        return int((number * 1000).to_integral_value(rounding=decimal.ROUND_HALF_EVEN))
+        if abs(number) > 2**62:
+            raise PromQLError(
+                f'invalid parameter "{name}": cannot parse "{text}" to a valid timestamp'
+            )
+        ms = int((number * 1000).to_integral_value(rounding=decimal.ROUND_HALF_EVEN))
+        return _bounded(ms)
     iso = raw[:-1] + "+00:00" if raw.endswith(("Z", "z")) else raw
     try:
         when = dt.datetime.fromisoformat(iso)
@@ -33,7 +46,8 @@ def parse_time(text: str, name: str) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)
     delta = when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    ms = (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    return _bounded(ms)
 
 
 def parse_duration(text: str, name: str) -> int:

@@ -362,3 +362,39 @@ def test_any_query_text_gets_a_prometheus_answer(
     assert body["status"] in ("success", "error")
     if body["status"] == "error":
         assert body["errorType"] in ("bad_data", "execution")
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True).map(repr),
+        st.text(max_size=25),
+        st.integers(int(T) - 7200, int(T)).map(str),
+    ),
+    st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True).map(repr),
+        st.text(max_size=25),
+        st.integers(int(T), int(T) + 3600).map(str),
+    ),
+    st.one_of(st.integers(-5, 10**9).map(str), st.text(max_size=8), st.just("1m30s")),
+)
+def test_any_range_parameters_get_a_prometheus_answer(
+    api: tuple[SyncClient, dict[str, str], Harness], start: str, end: str, step: str
+) -> None:
+    tc, headers, _ = api
+    r = tc.get(
+        "/api/v1/query_range",
+        params={"query": "sum(queue_depth)", "start": start, "end": end, "step": step},
+        headers=headers,
+    )
+    assert r.status_code in (200, 400, 422), (start, end, step, r.text)
+    body = r.json()
+    if r.status_code == 200:
+        assert body["data"]["resultType"] == "matrix"
+    else:
+        assert body["status"] == "error"
+        assert body["errorType"] in ("bad_data", "execution")
