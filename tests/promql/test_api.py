@@ -7,6 +7,7 @@ harness (WAL snapshot and, for part of it, committed Parquet).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -398,3 +399,26 @@ def test_any_range_parameters_get_a_prometheus_answer(
     else:
         assert body["status"] == "error"
         assert body["errorType"] in ("bad_data", "execution")
+
+
+def test_limits_fail_the_query_alone(tmp_path: Path) -> None:
+    harness = Harness(tmp_path / "data")
+    _ingest(harness, "acme", request(_dataset("checkout", "http.requests")))
+    headers = Tokens(harness).create("acme", "query")
+    params = {"query": "sum(rate(http_requests_total[10m]))", "time": T}  # 82 samples
+    small = harness.service(max_samples=50)
+    with client(harness, small) as tc:
+        r = tc.get("/api/v1/query", params=params, headers=headers)
+        assert r.status_code == 422
+        assert r.json()["errorType"] == "execution"
+        assert "promql_max_samples" in r.json()["error"]
+        # a query within the cap still answers
+        r = tc.get("/api/v1/query", params={"query": "1+1", "time": T}, headers=headers)
+        assert r.json()["data"]["result"] == [T, "2"]
+    small.shutdown()
+    hurried = harness.service(timeout_s=0.000001)
+    with client(harness, hurried) as tc:
+        r = tc.get("/api/v1/query", params=params, headers=headers)
+        assert r.status_code == 503
+        assert r.json()["errorType"] == "timeout"
+    hurried.shutdown()
