@@ -175,9 +175,20 @@ class _Collector:
         return out
 
 
-def _floats(column: pa.ChunkedArray, rows: np.ndarray) -> np.ndarray:
-    taken = column.take(pa.array(rows))
-    return np.asarray(taken.to_numpy(zero_copy_only=False), dtype=np.float64)
+class _Floats:
+    """Numeric columns of one table as float64 arrays (null as NaN), converted once."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+        self.columns: dict[str, np.ndarray] = {}
+
+    def __call__(self, name: str, rows: np.ndarray) -> np.ndarray:
+        values = self.columns.get(name)
+        if values is None:
+            column = pc.cast(self.table.column(name), pa.float64())
+            values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+            self.columns[name] = values
+        return np.asarray(values[rows], dtype=np.float64)
 
 
 def restarts(t_ms: np.ndarray, start_ns: np.ndarray) -> np.ndarray:
@@ -226,6 +237,7 @@ def to_series(
     wanted_set = set(wanted) if wanted is not None else None
     out = _Collector()
     lists: tuple[FlatLists, FlatLists] | None = None
+    floats = _Floats(table)
     for a, b in zip(starts, ends, strict=True):
         row = index.get((dictionary[int(name_code[a])], int(sid[a])))
         if row is None:  # written between the two reads: seen by the next query
@@ -245,7 +257,7 @@ def to_series(
         if cumulative:
             emit.zeros = restarts(t, start_ns[a:b])
         if info.metric_type in ("gauge", "sum"):
-            v = _floats(table.column("value"), rows)
+            v = floats("value", rows)
             if info.metric_type == "sum" and info.temporality == 1:
                 # delta sums: the running total of the fetched points (docs/rationale.md)
                 v = np.cumsum(np.where(stale | np.isnan(v), 0.0, v))
@@ -256,9 +268,9 @@ def to_series(
                     FlatLists(table.column("explicit_bounds")),
                     FlatLists(table.column("bucket_counts")),
                 )
-            _histogram(table, rows, base, emit, info.temporality == 1, lists)
+            _histogram(floats, rows, base, emit, info.temporality == 1, lists)
         elif info.metric_type == "summary":
-            _summary(table, rows, base, emit)
+            _summary(table, floats, rows, base, emit)
     return out.series()
 
 
@@ -343,15 +355,15 @@ def _layouts(
 
 
 def _histogram(
-    table: pa.Table,
+    floats: _Floats,
     rows: np.ndarray,
     base: str,
     emit: _Emitter,
     delta: bool,
     lists: tuple[FlatLists, FlatLists],
 ) -> None:
-    count = _floats(table.column("count"), rows)
-    total = _floats(table.column("sum"), rows)
+    count = floats("count", rows)
+    total = floats("sum", rows)
     if delta:
         count = np.cumsum(np.nan_to_num(count))
         total = np.cumsum(np.nan_to_num(total))
@@ -371,9 +383,9 @@ def _histogram(
             emit(f"{base}_bucket", full, {"le": le}, keep)
 
 
-def _summary(table: pa.Table, rows: np.ndarray, base: str, emit: _Emitter) -> None:
-    emit(f"{base}_count", _floats(table.column("count"), rows))
-    emit(f"{base}_sum", _floats(table.column("sum"), rows))
+def _summary(table: pa.Table, floats: _Floats, rows: np.ndarray, base: str, emit: _Emitter) -> None:
+    emit(f"{base}_count", floats("count", rows))
+    emit(f"{base}_sum", floats("sum", rows))
     quantiles = table.column("quantile_values").take(pa.array(rows)).to_pylist()
     by_q: dict[float, tuple[np.ndarray, np.ndarray]] = {}
     for i, items in enumerate(quantiles):

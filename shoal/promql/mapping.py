@@ -9,6 +9,7 @@ mapping is applied when a query reads them.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 
@@ -71,6 +72,7 @@ def _unit_token(text: str, table: Mapping[str, str]) -> str:
     return "_".join(_TOKEN.findall(mapped))
 
 
+@functools.lru_cache(maxsize=65536)
 def metric_name(name: str, unit: str | None, metric_type: str, monotonic: bool | None) -> str:
     """The Prometheus name of an OTLP metric (before ``_bucket``/``_sum``/``_count``)."""
     tokens = _TOKEN.findall(name)
@@ -94,6 +96,7 @@ def metric_name(name: str, unit: str | None, metric_type: str, monotonic: bool |
     return out
 
 
+@functools.lru_cache(maxsize=65536)
 def label_name(key: str) -> str:
     """An attribute key as a Prometheus label name."""
     if not key:
