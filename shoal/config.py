@@ -235,6 +235,12 @@ SETTINGS: tuple[Setting, ...] = (
         _parse_positive_int,
         "Most samples one PromQL query reads; beyond it the query fails with a message.",
     ),
+    Setting(
+        "promql_promote_resource_attributes",
+        "",
+        str,
+        "Resource attributes (comma-separated keys) that PromQL shows as labels of every series.",
+    ),
     # -- maintenance (Spark pipeline)
     Setting(
         "retention_days",

@@ -104,7 +104,8 @@ async def _serve(request: Request, handler: Handler) -> Response:
             request.headers.get("authorization"), "query"
         )
         params = await _params(request)
-        source = QuerySource(service, principal.tenant)
+        promote = getattr(request.app.state, "promql_promote", ())
+        source = QuerySource(service, principal.tenant, promote)
         data = await asyncio.wait_for(
             handler(principal, source, params), timeout=service.limits.timeout_s
         )

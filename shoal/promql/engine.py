@@ -94,7 +94,9 @@ async def load(
             table, labels = await asyncio.gather(
                 source.rows(names, a, b), source.series(names, a, b)
             )
-            found += await loop.run_in_executor(None, fetch.to_series, table, labels, wanted)
+            found += await loop.run_in_executor(
+                None, fetch.to_series, table, labels, wanted, source.promote
+            )
         return [s for s in found if fetch.matches_all(s.labels, sel.matchers)]
 
     results = await asyncio.gather(*(one(sel, a, b) for sel, a, b in needs))

@@ -210,7 +210,10 @@ def _series_index(labels: pa.Table) -> dict[tuple[str, int], int]:
 
 
 def to_series(
-    table: pa.Table, labels: pa.Table, wanted: Sequence[str] | None = None
+    table: pa.Table,
+    labels: pa.Table,
+    wanted: Sequence[str] | None = None,
+    promote: tuple[str, ...] = (),
 ) -> list[Series]:
     """Prometheus series of the fetched samples.
 
@@ -249,7 +252,7 @@ def to_series(
         t = tns[a:b] // 1_000_000
         stale = (flags[a:b] & STALE_FLAG) != 0
         base = info.base
-        emit = _Emitter(out, wanted_set, attributes, resource, t, stale)
+        emit = _Emitter(out, wanted_set, attributes, resource, t, stale, promote)
         cumulative = info.metric_type == "summary" or (
             info.temporality == 2
             and (info.metric_type == "histogram" or (info.metric_type == "sum" and info.monotonic))
@@ -284,6 +287,7 @@ class _Emitter:
     resource: dict[str, str]
     t: np.ndarray
     stale: np.ndarray
+    promote: tuple[str, ...] = ()
     zeros: np.ndarray | None = None
     """Times of injected zero samples: a counter restarted (a new start time)."""
 
@@ -296,7 +300,7 @@ class _Emitter:
     ) -> None:
         if self.wanted is not None and name not in self.wanted:
             return
-        labels = mapping.series_labels(name, self.attributes, self.resource)
+        labels = mapping.series_labels(name, self.attributes, self.resource, self.promote)
         if extra:
             labels.update(extra)
         t, stale = self.t, self.stale
@@ -410,7 +414,7 @@ def _info_at(table: pa.Table, i: int) -> MetricInfo:
     )
 
 
-def series_label_sets(table: pa.Table) -> list[Labels]:
+def series_label_sets(table: pa.Table, promote: tuple[str, ...] = ()) -> list[Labels]:
     """Every Prometheus label set of the series rows of :meth:`QuerySource.series`."""
     seen: dict[LabelKey, Labels] = {}
     for i in range(table.num_rows):
@@ -434,7 +438,7 @@ def series_label_sets(table: pa.Table) -> list[Labels]:
         elif info.metric_type in ("gauge", "sum"):
             extras.append((base, {}))
         for name, extra in extras:
-            labels = mapping.series_labels(name, attributes, resource)
+            labels = mapping.series_labels(name, attributes, resource, promote)
             labels.update(extra)
             seen.setdefault(key(labels), labels)
     return list(seen.values())

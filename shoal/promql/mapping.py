@@ -123,20 +123,30 @@ def job_instance(resource: Mapping[str, str]) -> dict[str, str]:
 
 
 def series_labels(
-    name: str, attributes: Mapping[str, str], resource: Mapping[str, str]
+    name: str,
+    attributes: Mapping[str, str],
+    resource: Mapping[str, str],
+    promote: tuple[str, ...] = (),
 ) -> dict[str, str]:
-    """The label set of one series: point attributes, then job/instance, then ``__name__``.
+    """The label set of one series: promoted resource attributes, point attributes (which
+    win over them), then job/instance, then ``__name__``.
 
     Attribute keys that sanitise to the same label name are joined with ``;`` in key
     order, as Prometheus' OTLP receiver does.
     """
     labels: dict[str, str] = {}
+    for key in sorted(promote):
+        value = resource.get(key, "")
+        if value != "" and key not in IDENTIFYING:
+            labels[label_name(key)] = value
+    point: dict[str, str] = {}
     for key in sorted(attributes):
         value = attributes[key]
         if value == "":
             continue
         label = label_name(key)
-        labels[label] = f"{labels[label]};{value}" if label in labels else value
+        point[label] = f"{point[label]};{value}" if label in point else value
+    labels.update(point)
     labels.update(job_instance(resource))
     labels["__name__"] = name
     return labels
@@ -192,3 +202,8 @@ def prom_type(metric_type: str, monotonic: bool | None, temporality: int | None)
     if metric_type == "exponential_histogram":
         return "histogram"
     return "gauge"
+
+
+def promoted(setting: str) -> tuple[str, ...]:
+    """The resource attribute keys of ``promql_promote_resource_attributes``."""
+    return tuple(sorted({k.strip() for k in setting.split(",") if k.strip()}))

@@ -45,7 +45,7 @@ async def series(
             source.series(None, start_ms, end_ms),
             source.targets(start_ms, end_ms, times=False),
         )
-        return fetch.series_label_sets(table) + fetch.target_label_sets(resources)
+        return fetch.series_label_sets(table, source.promote) + fetch.target_label_sets(resources)
     catalog = await source.catalog(start_ms, end_ms)
     for sel in matches:
         if all(m.matches(mapping.TARGET_INFO) for m in sel.matchers if m.name == NAME):
@@ -57,7 +57,7 @@ async def series(
         if not names:
             continue
         table = await source.series(names, start_ms, end_ms)
-        for labels in fetch.series_label_sets(table):
+        for labels in fetch.series_label_sets(table, source.promote):
             if fetch.matches_all(labels, sel.matchers):
                 found.setdefault(key(labels), labels)
     return list(found.values())
@@ -145,10 +145,12 @@ async def exemplars(
                 if info.metric_type == "histogram":
                     idx = int(np.searchsorted(np.asarray(bounds, dtype=np.float64), value, "left"))
                     le = mapping.format_float(bounds[idx]) if idx < len(bounds) else "+Inf"
-                    labels = mapping.series_labels(f"{info.base}_bucket", attributes, resource)
+                    labels = mapping.series_labels(
+                        f"{info.base}_bucket", attributes, resource, source.promote
+                    )
                     labels["le"] = le
                 else:
-                    labels = mapping.series_labels(info.base, attributes, resource)
+                    labels = mapping.series_labels(info.base, attributes, resource, source.promote)
                 if not fetch.matches_all(labels, sel.matchers):
                     continue
                 ex_labels = {

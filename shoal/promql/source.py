@@ -32,6 +32,9 @@ SERIES_COLUMNS = (
 
 
 class SampleSource(Protocol):
+    promote: tuple[str, ...]
+    """Resource attribute keys shown as labels of every series."""
+
     async def catalog(self, start_ms: int, end_ms: int) -> list[MetricInfo]: ...
 
     async def rows(self, otlp_names: Sequence[str], start_ms: int, end_ms: int) -> pa.Table: ...
@@ -79,9 +82,10 @@ def _time_filter(start_ms: int, end_ms: int, alias: str = "") -> str:
 class QuerySource:
     """Samples of one tenant, read through the query service."""
 
-    def __init__(self, service: QueryService, tenant: str) -> None:
+    def __init__(self, service: QueryService, tenant: str, promote: tuple[str, ...] = ()) -> None:
         self.service = service
         self.tenant = tenant
+        self.promote = promote
 
     async def _run(self, sql: str) -> pa.Table:
         cap = self.service.limits.max_samples

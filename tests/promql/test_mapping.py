@@ -4,6 +4,7 @@ restarts by start time and stale markers, checked through the real API."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -11,6 +12,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as mpb
 
+from shoal.api.app import AppServices, create_app
+from shoal.api.auth import Authenticator, TokenStore
 from shoal.otlp.decode import decode
 from shoal.promql import mapping
 from tests.query.api_app import SyncClient, Tokens, client
@@ -258,3 +261,35 @@ def test_target_info_carries_other_resource_attributes(
         BASE + 20_000,
     )
     assert joined == {"host_name=h1": "1"}
+
+
+def test_promoted_resource_attributes_become_labels(tmp_path: Path) -> None:
+    harness = Harness(tmp_path / "data")
+    result = decode("metrics", _request())
+    harness.ingest("acme", "metrics", result.table)
+    headers = Tokens(harness).create("acme", "query")
+    service = harness.service()
+    app = create_app(
+        AppServices(
+            authenticator=Authenticator(TokenStore(harness.data_dir), allow_anonymous=False),
+            ingest=None,  # type: ignore[arg-type]
+            is_ready=lambda: True,
+            metrics_exposition=lambda: (b"", "text/plain"),
+            max_body_bytes=1 << 20,
+            retry_after_s=1.0,
+            query_service=service,
+        )
+    )
+    app.state.promql_promote = mapping.promoted(" host.name, service.name ,absent.key")
+    tc = SyncClient(app)
+    try:
+        got = _query((tc, headers), "gone", BASE + 20_000)
+        series = tc.get("/api/v1/series", params={"match[]": "gone"}, headers=headers).json()[
+            "data"
+        ]
+    finally:
+        tc.close()
+        service.shutdown()
+    # service.name stays job (identifying attributes are never promoted twice)
+    assert got == {"__name__=gone,host_name=h1": "1"}
+    assert series == [{"__name__": "gone", "host_name": "h1", "instance": "c-1", "job": "cart"}]
