@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .otlp_data import GaugeSeries, HistSeries, Metric, Resource
+from .otlp_data import STALE_NAN, GaugeSeries, HistSeries, Metric, Resource
 
 STEP_MS = 15_000
 POINTS = 240  # one hour at 15 s
@@ -84,12 +84,19 @@ def build(base_ms: int, seed: int = 7) -> list[Resource]:
         "system_cpu_utilization_ratio",
         [gauge({"cpu": str(i), "state": "user"}, 0.01, 0.3 + 0.1 * i) for i in range(4)],
     )
+    # a queue that goes away: a stale marker after its point 100, back at point 140
+    gone = gauge({"queue": "c"}, 3.0, 50.0)
+    gone.points = [
+        (t, STALE_NAN if i == 100 else v)
+        for i, (t, v) in enumerate(gone.points)
+        if i <= 100 or i >= 140
+    ]
     queue = Metric(
         "queue.size",
         "",
         "updown",
         "queue_size",
-        [gauge({"queue": q}, 3.0, 50.0) for q in ("a", "b")],
+        [gauge({"queue": q}, 3.0, 50.0) for q in ("a", "b")] + [gone],
     )
 
     def histogram(attrs: dict[str, str]) -> HistSeries:

@@ -9,6 +9,7 @@ exactly the same data under the names the OTLP mapping should produce.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from collections.abc import Iterator
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -18,6 +19,14 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as mpb
 
 AGG_CUMULATIVE = mpb.AGGREGATION_TEMPORALITY_CUMULATIVE
+
+
+STALE_NAN = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
+"""Prometheus' stale marker: a NaN with this bit pattern (OTLP sends a flag instead)."""
+
+
+def is_stale(value: float) -> bool:
+    return struct.pack("<d", value) == struct.pack("<d", STALE_NAN)
 
 
 def kv(attrs: dict[str, str]) -> list[KeyValue]:
@@ -77,7 +86,12 @@ def request(resources: list[Resource]) -> bytes:
                         p = m.gauge.data_points.add()
                         p.attributes.extend(kv(s.attrs))
                         p.time_unix_nano = t * 1_000_000
-                        p.as_double = v
+                        if is_stale(v):
+                            # FLAG_NO_RECORDED_VALUE; shoal's decoder wants a value beside it
+                            p.flags = 1
+                            p.as_double = 0.0
+                        else:
+                            p.as_double = v
             elif metric.kind in ("counter", "updown"):
                 m.sum.aggregation_temporality = AGG_CUMULATIVE
                 m.sum.is_monotonic = metric.kind == "counter"
@@ -87,7 +101,12 @@ def request(resources: list[Resource]) -> bytes:
                         p = m.sum.data_points.add()
                         p.attributes.extend(kv(s.attrs))
                         p.time_unix_nano = t * 1_000_000
-                        p.as_double = v
+                        if is_stale(v):
+                            # FLAG_NO_RECORDED_VALUE; shoal's decoder wants a value beside it
+                            p.flags = 1
+                            p.as_double = 0.0
+                        else:
+                            p.as_double = v
             else:
                 m.histogram.aggregation_temporality = AGG_CUMULATIVE
                 for h in metric.series:

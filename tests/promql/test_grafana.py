@@ -150,6 +150,7 @@ def test_metric_browser(grafana_target: tuple[ServerProcess, str, int]) -> None:
     assert series["data"] == [
         {"__name__": "queue_size", "instance": "api-1", "job": "shop/api", "queue": "a"},
         {"__name__": "queue_size", "instance": "api-1", "job": "shop/api", "queue": "b"},
+        {"__name__": "queue_size", "instance": "api-1", "job": "shop/api", "queue": "c"},
     ]
     values = _get(
         server,

@@ -356,6 +356,7 @@ NON_EMPTY = {
     "(queue_size > 45) and (queue_size < 55)": 2,
     'rate(http_server_requests_total{http_method="DELETE"}[3m])': 2,  # sparse: 2-minute gaps
     "vector(1) + on() group_left queue_size": 0,  # both refuse: many on the "one" side
+    "queue_size >= on(queue) group_left queue_size offset 30s": 2,
     **{q: 0 for q in ERRORS},
     "clamp(queue_size, 60, 40)": 0,  # min above max: empty
 }
