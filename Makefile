@@ -7,7 +7,7 @@ PYTEST := $(BIN)/python -m pytest
 
 .PHONY: serve test test-fast test-slow test-spark test-all lint typecheck check \
         bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-storm bench-pipeline \
-        bench-pg clean
+        bench-pg bench-promql clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,10 @@ bench-pg: $(BENCH_STAMP)
 
 bench-pipeline: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_pipeline
+
+# needs Debian's prometheus (apt-get install prometheus); --series/--hours to scale
+bench-promql: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_promql $(BENCH_PROMQL_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

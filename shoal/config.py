@@ -291,6 +291,18 @@ SETTINGS: tuple[Setting, ...] = (
         "Memory budget of the process; new queries wait when one more query_memory_bytes "
         "would not fit. 0 means the limit of the cgroup the server runs in (MemoryMax=).",
     ),
+    Setting(
+        "promql_max_samples",
+        5_000_000,
+        _parse_positive_int,
+        "Most samples one PromQL query reads; beyond it the query fails with a message.",
+    ),
+    Setting(
+        "promql_promote_resource_attributes",
+        "",
+        str,
+        "Resource attributes (comma-separated keys) that PromQL shows as labels of every series.",
+    ),
     # -- maintenance (Spark pipeline)
     Setting(
         "retention_days",

@@ -157,6 +157,17 @@ class QueryLimitError(QueryError):
         self.limit = limit
 
 
+class PromQLError(QueryError):
+    """A PromQL expression or Prometheus API request that cannot be answered as asked.
+
+    ``error_type`` is the Prometheus API's ``errorType`` (``bad_data``, ``execution``).
+    """
+
+    def __init__(self, message: str, error_type: str = "bad_data") -> None:
+        super().__init__(message)
+        self.error_type = error_type
+
+
 # -- auth and ingest -----------------------------------------------------------
 
 

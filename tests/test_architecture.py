@@ -9,7 +9,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "shoal"
 WEB = {"fastapi", "starlette", "grpc", "uvicorn", "prometheus_client"}
-CORE = ("wal", "otlp", "storage")
+CORE = ("wal", "otlp", "storage", "promql")
 
 
 def _imports(path: Path) -> set[str]:
@@ -42,6 +42,7 @@ def test_core_layers_import_no_web_or_metrics_framework(layer: str) -> None:
         ("otlp", {"shoal.wal", "shoal.storage", "shoal.query", "shoal.api", "shoal.server"}),
         ("storage", {"shoal.wal", "shoal.query", "shoal.api", "shoal.server"}),
         ("query", {"shoal.api", "shoal.server", "shoal.pipeline"}),
+        ("promql", {"shoal.api", "shoal.server", "shoal.pipeline"}),
         ("api", {"shoal.server", "shoal.pipeline"}),
         ("pgwire", {"shoal.api", "shoal.server", "shoal.pipeline"}),
     ],

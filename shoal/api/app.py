@@ -1,4 +1,4 @@
-"""The FastAPI application: OTLP/HTTP, health, self-metrics and (when present) SQL.
+"""The FastAPI application: OTLP/HTTP, the Prometheus API, health, self-metrics and SQL.
 
 The app is built from plain objects the server hands in (:class:`AppServices`);
 it knows nothing of the WAL, the snapshot or Prometheus.
@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from shoal.api import otlp_http
+from shoal.api import otlp_http, prometheus
 from shoal.api.auth import Authenticator
 from shoal.api.ingest import IngestHandler
 from shoal.api.status import classify
@@ -58,6 +58,7 @@ def create_app(services: AppServices) -> FastAPI:
     app.state.retry_after_s = services.retry_after_s
     app.state.query_service = services.query_service
     app.include_router(otlp_http.router)
+    app.include_router(prometheus.router)
 
     @app.exception_handler(ShoalError)
     async def shoal_error(request: Request, exc: Exception) -> Response:

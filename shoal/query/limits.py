@@ -40,6 +40,8 @@ class Limits:
     max_sql_bytes: int = 64 * 1024
     max_concurrency: int = 4
     max_rows: int = 100_000
+    max_samples: int = 5_000_000
+    """Most rows a PromQL selector reads (``promql_max_samples``); SQL answers use ``max_rows``."""
     max_operators: int = MAX_OPERATORS
     max_relations: int = MAX_RELATIONS
     max_join_pairs: int = MAX_JOIN_PAIRS

@@ -58,6 +58,7 @@ def limits_from_config(config: Config) -> Limits:
         max_join_pairs=int(config.query_max_join_pairs),
         max_tenant_share=int(config.query_max_tenant_share),
         memory_limit_bytes=int(config.memory_limit_bytes),
+        max_samples=int(config.promql_max_samples),
     )
 
 
@@ -296,7 +297,7 @@ class QueryService:
             raise
         return tuple(held)
 
-    def _plan(self, prepared: Prepared, abandoned: threading.Event) -> _Planned:
+    def _plan(self, prepared: Prepared, caps: Limits, abandoned: threading.Event) -> _Planned:
         session = self.sessions.acquire(prepared.tenant)
         try:
             only = prepared.tables_read
@@ -313,7 +314,7 @@ class QueryService:
                 )
             if type(frame.logical_plan().to_variant()).__name__ not in _ROOT_ONLY_PLANS:
                 # Let DataFusion stop (and sort with a top-k) once the row cap is exceeded.
-                frame = frame.limit(self.limits.max_rows + 1)
+                frame = frame.limit(caps.max_rows + 1)
             schema = frame.schema()
             if abandoned.is_set():
                 # past its time limit already: starting it would run work nobody reads
@@ -324,8 +325,14 @@ class QueryService:
             raise limits.translate(exc, self.limits) from exc
         return _Planned(schema, stream, session)
 
-    async def execute(self, prepared: Prepared) -> QueryResult:
-        """Plan ``prepared`` and start it; errors here come before any response byte."""
+    async def execute(self, prepared: Prepared, max_rows: int | None = None) -> QueryResult:
+        """Plan ``prepared`` and start it; errors here come before any response byte.
+
+        ``max_rows`` replaces ``query_max_rows`` for this query (PromQL's sample reads).
+        """
+        caps = (
+            self.limits if max_rows is None else dataclasses.replace(self.limits, max_rows=max_rows)
+        )
         deadline = prepared.started + self.limits.timeout_s
         slots = await self._acquire_slots(prepared.tenant, deadline)
         try:
@@ -363,7 +370,7 @@ class QueryService:
                 finish(list(session_box))
 
         abandoned = threading.Event()
-        future = loop.run_in_executor(self._executor, self._plan, prepared, abandoned)
+        future = loop.run_in_executor(self._executor, self._plan, prepared, caps, abandoned)
         try:
             planned = await asyncio.wait_for(
                 asyncio.shield(future), max(deadline - time.monotonic(), 0.001)
@@ -395,7 +402,7 @@ class QueryService:
         session_box.append(planned.session)
         stream, planned.stream = planned.stream, None
         assert stream is not None
-        return QueryResult(planned.schema, stream, deadline, self.limits, release, prepared)
+        return QueryResult(planned.schema, stream, deadline, caps, release, prepared)
 
     async def run(
         self, tenant: str, sql: str, as_of: AsOf | None = None

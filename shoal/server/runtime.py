@@ -38,6 +38,7 @@ from shoal.api.otlp_grpc import create_server
 from shoal.config import Config
 from shoal.errors import ConfigError
 from shoal.pgwire.server import PgServer
+from shoal.promql import mapping
 from shoal.server import http, records
 from shoal.server.flusher import Flusher
 from shoal.server.ingest import Ingestor
@@ -348,6 +349,7 @@ class ServerRuntime:
             raise
         self.query_service = self._make_query_service()
         app.state.query_service = self.query_service
+        app.state.promql_promote = mapping.promoted(self.config.promql_promote_resource_attributes)
         try:
             await self._start_pg()
         except BaseException:

@@ -1,0 +1,320 @@
+"""PromQL benchmark: shoal and a real Prometheus on the same samples, side by side.
+
+``python -m loadtest.bench_promql`` (``make bench-promql``) starts ``shoal serve``
+and Debian's ``prometheus`` (remote-write receiver on) on loopback ports, sends
+both the same samples (``--series`` series over ``--hours`` hours at 15 s: host
+gauges, request counters with resets, request-duration histograms; shoal by
+OTLP/HTTP, Prometheus by remote write, in time order), then times a dashboard
+of ten range-query panels at a 30 s step over the last hour and the last six
+hours, and the metric browser calls. Each figure is the median of ``--repeat``
+runs over HTTP, the two servers taking turns; ``ratio`` is shoal / Prometheus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.metrics.v1 import metrics_pb2 as mpb
+
+from loadtest import remote_write
+from loadtest.ingest import ServerProcess
+from loadtest.prometheus import Prometheus
+
+STEP_MS = 15_000
+WINDOW_POINTS = 20  # points per series in one request (5 minutes)
+CPUS = 4
+CODES = ("200", "404", "500")
+BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+PER_HOST = CPUS + 1 + len(CODES) + len(BOUNDS) + 3  # gauges, counters, buckets+Inf, sum, count
+
+PANELS = {
+    "rate sum": "sum(rate(http_server_requests_total[5m]))",
+    "rate by code": "sum by (code) (rate(http_server_requests_total[5m]))",
+    "p99 all": "histogram_quantile(0.99, sum by (le) "
+    "(rate(http_server_request_duration_seconds_bucket[5m])))",
+    "p50 all": "histogram_quantile(0.5, sum by (le) "
+    "(rate(http_server_request_duration_seconds_bucket[5m])))",
+    "topk instances": "topk(5, sum by (instance) (rate(http_server_requests_total[5m])))",
+    "error ratio": 'sum(rate(http_server_requests_total{code="500"}[5m])) '
+    "/ sum(rate(http_server_requests_total[5m]))",
+    "cpu topk": "topk(10, avg by (instance) (system_cpu_utilization_ratio))",
+    "memory max": "max(system_memory_usage_bytes)",
+    "increase 1h": "sum(increase(http_server_requests_total[1h]))",
+    "busy count": "count(system_cpu_utilization_ratio > 0.5)",
+}
+
+
+def _kv(key: str, value: str) -> KeyValue:
+    return KeyValue(key=key, value=AnyValue(string_value=value))
+
+
+class Data:
+    """The samples: every value computed up front so both servers get the same numbers."""
+
+    def __init__(self, series: int, hours: float, end_ms: int, seed: int = 1) -> None:
+        self.hosts = max(1, series // PER_HOST)
+        self.points = int(hours * 3_600_000 // STEP_MS)
+        start = end_ms - self.points * STEP_MS
+        self.start_ms = start - start % 1000 + 137  # off the query grid
+        self.t = self.start_ms + np.arange(self.points, dtype=np.int64) * STEP_MS
+        rng = np.random.default_rng(seed)
+        h, p = self.hosts, self.points
+        self.cpu = np.clip(rng.normal(0.4, 0.2, (h, CPUS, p)), 0, 1).round(4)
+        self.memory = (4e9 + np.cumsum(rng.normal(0, 1e6, (h, p)), axis=1)).round()
+        increments = rng.poisson(20, (h, len(CODES), p)).astype(np.float64)
+        counters = np.cumsum(increments, axis=2)
+        reset = p // 2  # every host restarts once, halfway
+        counters[:, :, reset:] -= counters[:, :, reset - 1 : reset]
+        self.requests = counters
+        obs = rng.poisson(3, (h, len(BOUNDS) + 1, p)).astype(np.float64)
+        self.buckets = np.cumsum(obs, axis=2)  # per bucket, cumulative over time
+        self.hsum = np.cumsum(obs.sum(axis=1) * 0.07, axis=1).round(3)
+
+    @property
+    def series(self) -> int:
+        return self.hosts * PER_HOST
+
+    def otlp(self, a: int, b: int) -> bytes:
+        req = ExportMetricsServiceRequest()
+        times = [int(x) * 1_000_000 for x in self.t[a:b]]
+        for host in range(self.hosts):
+            rm = req.resource_metrics.add()
+            rm.resource.attributes.extend(
+                [_kv("service.name", "bench"), _kv("service.instance.id", f"host-{host}")]
+            )
+            sm = rm.scope_metrics.add()
+            cpu = sm.metrics.add()
+            cpu.name, cpu.unit = "system.cpu.utilization", "1"
+            for c in range(CPUS):
+                for i, t in enumerate(times):
+                    dp = cpu.gauge.data_points.add(time_unix_nano=t)
+                    dp.as_double = float(self.cpu[host, c, a + i])
+                    dp.attributes.append(_kv("cpu", str(c)))
+            mem = sm.metrics.add()
+            mem.name, mem.unit = "system.memory.usage", "By"
+            for i, t in enumerate(times):
+                mem.gauge.data_points.add(
+                    time_unix_nano=t, as_double=float(self.memory[host, a + i])
+                )
+            reqs = sm.metrics.add()
+            reqs.name, reqs.unit = "http.server.requests", "{request}"
+            reqs.sum.is_monotonic = True
+            reqs.sum.aggregation_temporality = mpb.AGGREGATION_TEMPORALITY_CUMULATIVE
+            for k, code in enumerate(CODES):
+                for i, t in enumerate(times):
+                    dp = reqs.sum.data_points.add(time_unix_nano=t)
+                    dp.as_double = float(self.requests[host, k, a + i])
+                    dp.attributes.append(_kv("code", code))
+            dur = sm.metrics.add()
+            dur.name, dur.unit = "http.server.request.duration", "s"
+            dur.histogram.aggregation_temporality = mpb.AGGREGATION_TEMPORALITY_CUMULATIVE
+            for i, t in enumerate(times):
+                counts = self.buckets[host, :, a + i]
+                dp = dur.histogram.data_points.add(
+                    time_unix_nano=t, count=int(counts.sum()), sum=float(self.hsum[host, a + i])
+                )
+                dp.explicit_bounds.extend(BOUNDS)
+                dp.bucket_counts.extend(int(x) for x in counts)
+        return req.SerializeToString()
+
+    def remote_write(self, a: int, b: int) -> bytes:
+        ts = [int(x) for x in self.t[a:b]]
+        out = []
+        for host in range(self.hosts):
+            ident = {"job": "bench", "instance": f"host-{host}"}
+            for c in range(CPUS):
+                out.append(
+                    (
+                        {"__name__": "system_cpu_utilization_ratio", "cpu": str(c), **ident},
+                        list(zip(ts, self.cpu[host, c, a:b].tolist(), strict=True)),
+                    )
+                )
+            out.append(
+                (
+                    {"__name__": "system_memory_usage_bytes", **ident},
+                    list(zip(ts, self.memory[host, a:b].tolist(), strict=True)),
+                )
+            )
+            for k, code in enumerate(CODES):
+                out.append(
+                    (
+                        {"__name__": "http_server_requests_total", "code": code, **ident},
+                        list(zip(ts, self.requests[host, k, a:b].tolist(), strict=True)),
+                    )
+                )
+            cum = np.cumsum(self.buckets[host, :, a:b], axis=0)
+            les = [repr(x) for x in BOUNDS] + ["+Inf"]
+            name = "http_server_request_duration_seconds"
+            for j, le in enumerate(les):
+                out.append(
+                    (
+                        {"__name__": f"{name}_bucket", "le": le, **ident},
+                        list(zip(ts, cum[j].tolist(), strict=True)),
+                    )
+                )
+            out.append(
+                (
+                    {"__name__": f"{name}_count", **ident},
+                    list(zip(ts, cum[-1].tolist(), strict=True)),
+                )
+            )
+            out.append(
+                (
+                    {"__name__": f"{name}_sum", **ident},
+                    list(zip(ts, self.hsum[host, a:b].tolist(), strict=True)),
+                )
+            )
+        return remote_write.compress(remote_write.encode(out))
+
+
+def _post(url: str, body: bytes, headers: dict[str, str]) -> None:
+    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        resp.read()
+
+
+def _load(data: Data, shoal: ServerProcess, prom: Prometheus) -> None:
+    for a in range(0, data.points, WINDOW_POINTS):
+        b = min(a + WINDOW_POINTS, data.points)
+        _post(
+            shoal.url + "/v1/metrics", data.otlp(a, b), {"Content-Type": "application/x-protobuf"}
+        )
+        _post(
+            prom.url + "/api/v1/write",
+            data.remote_write(a, b),
+            {
+                "Content-Type": "application/x-protobuf",
+                "Content-Encoding": "snappy",
+                "X-Prometheus-Remote-Write-Version": "0.1.0",
+            },
+        )
+
+
+def _timed_get(base: str, path: str, params: list[tuple[str, str]]) -> tuple[float, object]:
+    url = f"{base}{path}?{urllib.parse.urlencode(params)}"
+    started = time.perf_counter()
+    try:
+        with urllib.request.urlopen(url, timeout=120) as resp:
+            body = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        body = json.loads(exc.read())
+    elapsed = time.perf_counter() - started
+    if body.get("status") != "success":
+        raise RuntimeError(f"{path} {params} failed on {base}: {body}")
+    return elapsed, body["data"]
+
+
+def _size(data: object) -> int:
+    if isinstance(data, dict) and "result" in data:
+        return len(data["result"])
+    return len(data) if isinstance(data, list | dict) else 1
+
+
+def _measure(
+    name: str, path: str, params: list[tuple[str, str]], shoal: str, prom: str, repeat: int
+) -> tuple[float, float]:
+    ours, theirs = [], []
+    sizes: tuple[int, int] = (0, 0)
+    for _ in range(repeat):
+        a, da = _timed_get(shoal, path, params)
+        b, db = _timed_get(prom, path, params)
+        ours.append(a)
+        theirs.append(b)
+        sizes = (_size(da), _size(db))
+    o, t = statistics.median(ours), statistics.median(theirs)
+    print(
+        f"| {name} | {o * 1000:.0f} | {t * 1000:.0f} | {o / t:.1f} | {sizes[0]} / {sizes[1]} |",
+        flush=True,
+    )
+    return o, t
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--series", type=int, default=16_000)
+    parser.add_argument("--hours", type=float, default=6.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="shoal-bench-promql-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        (tmp / "prom").mkdir()
+        root = Path(__file__).resolve().parents[1]
+        shoal = ServerProcess(
+            tmp / "data", env={"PYTHONPATH": str(root)}, log_path=tmp / "shoal.log"
+        ).start()
+        prom = Prometheus(tmp / "prom").start()
+        try:
+            end_ms = int(time.time() * 1000) // 1000 * 1000 - 60_000
+            data = Data(args.series, args.hours, end_ms)
+            started = time.perf_counter()
+            _load(data, shoal, prom)
+            print(
+                f"loaded {data.series} series x {data.points} points "
+                f"({data.series * data.points / 1e6:.1f}M samples) into both in "
+                f"{time.perf_counter() - started:.0f} s",
+                flush=True,
+            )
+            end = str(data.t[-1] // 1000 + 1)
+            totals: dict[str, tuple[float, float]] = {}
+            for hours in (1, 6):
+                if hours > args.hours:
+                    continue
+                start = str(int(end) - hours * 3600)
+                print(f"\n{hours} h dashboard, step 30 s\n")
+                print("| panel | shoal ms | Prometheus ms | ratio | series shoal / Prometheus |")
+                print("|---|---:|---:|---:|---|")
+                sums = [0.0, 0.0]
+                for name, expr in PANELS.items():
+                    o, t = _measure(
+                        name,
+                        "/api/v1/query_range",
+                        [("query", expr), ("start", start), ("end", end), ("step", "30")],
+                        shoal.url,
+                        prom.url,
+                        args.repeat,
+                    )
+                    sums[0] += o
+                    sums[1] += t
+                totals[f"{hours} h"] = (sums[0], sums[1])
+                print(
+                    f"| **total** | {sums[0] * 1000:.0f} | {sums[1] * 1000:.0f} | "
+                    f"{sums[0] / sums[1]:.1f} | |"
+                )
+            start = str(int(data.t[0] // 1000))
+            print("\nmetric browser\n")
+            print("| call | shoal ms | Prometheus ms | ratio | items shoal / Prometheus |")
+            print("|---|---:|---:|---:|---|")
+            rng = [("start", start), ("end", end)]
+            for name, path, params in (
+                ("label/__name__/values", "/api/v1/label/__name__/values", rng),
+                ("labels", "/api/v1/labels", rng),
+                ("label/instance/values", "/api/v1/label/instance/values", rng),
+                (
+                    "series?match[]=requests",
+                    "/api/v1/series",
+                    [("match[]", "http_server_requests_total"), *rng],
+                ),
+            ):
+                _measure(name, path, params, shoal.url, prom.url, args.repeat)
+        finally:
+            prom.stop()
+            shoal.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

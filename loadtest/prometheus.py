@@ -1,0 +1,65 @@
+"""A real Prometheus (Debian's ``prometheus`` binary) on a loopback port, for the PromQL
+comparison test and benchmark: remote-write receiver on, no scrape targets."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from loadtest.ingest import free_port
+
+
+class Prometheus:
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        self.tmp = tmp
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Prometheus:
+        binary = shutil.which("prometheus")
+        assert binary, "prometheus is not installed (apt-get install prometheus)"
+        config = self.tmp / "prometheus.yml"
+        config.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n")
+        log = (self.tmp / "prometheus.log").open("ab")
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.tmp / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.enable-remote-write-receiver",
+                "--storage.tsdb.retention.time=30d",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError((self.tmp / "prometheus.log").read_text()[-3000:])
+            try:
+                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as resp:
+                    if resp.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("prometheus did not become ready")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)

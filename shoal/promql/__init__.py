@@ -1,0 +1,1 @@
+"""PromQL over the metrics table: the OTLP -> Prometheus view and evaluation."""

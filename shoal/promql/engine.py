@@ -1,0 +1,283 @@
+"""PromQL evaluation: every step of a query at once, a Vec per expression node.
+
+:func:`evaluate` parses the expression, works out the time range each selector
+needs (lookback, ranges, offsets, ``@``, subqueries), fetches those samples
+through a :class:`~shoal.promql.source.SampleSource`, then evaluates the tree in
+a worker thread. Instant queries are range queries with one step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Iterator
+
+import numpy as np
+
+from shoal.errors import PromQLError
+from shoal.promql import aggregate, binary, fetch, functions, mapping, ranges, tree
+from shoal.promql.model import F64, I64, NAME, Matrix, Series, Vec
+from shoal.promql.source import SampleSource
+from shoal.promql.tree import Aggregate, Binary, Call, Neg, Node, Num, Selector, Str, Subquery
+
+logger = logging.getLogger(__name__)
+
+LOOKBACK_MS = 300_000
+DEFAULT_SUBQUERY_STEP_MS = 60_000
+MAX_STEPS = 11_000
+
+Value = Vec | Matrix | F64 | str
+
+
+@dataclasses.dataclass
+class Result:
+    """An evaluated expression: ``kind`` is Prometheus' ``resultType``."""
+
+    kind: str
+    steps: I64
+    vec: Vec | None = None
+    scalar: F64 | None = None
+    string: str | None = None
+    samples: list[Series] | None = None
+
+
+def _needs(node: Node, lo: int, hi: int) -> Iterator[tuple[Selector, int, int]]:
+    """Each selector with the sample time range it reads when ``node`` runs in ``[lo, hi]``."""
+    if isinstance(node, Selector):
+        if node.at_ms is not None:
+            lo = hi = node.at_ms
+        window = node.range_ms if node.range_ms is not None else LOOKBACK_MS
+        yield node, lo - node.offset_ms - window, hi - node.offset_ms
+    elif isinstance(node, Subquery):
+        if node.at_ms is not None:
+            lo = hi = node.at_ms
+        yield from _needs(node.expr, lo - node.offset_ms - node.range_ms, hi - node.offset_ms)
+    elif isinstance(node, Call):
+        for arg in node.args:
+            yield from _needs(arg, lo, hi)
+    elif isinstance(node, Aggregate):
+        yield from _needs(node.expr, lo, hi)
+        if node.param is not None:
+            yield from _needs(node.param, lo, hi)
+    elif isinstance(node, Binary):
+        yield from _needs(node.lhs, lo, hi)
+        yield from _needs(node.rhs, lo, hi)
+    elif isinstance(node, Neg):
+        yield from _needs(node.expr, lo, hi)
+
+
+def selectors(root: Node, start_ms: int, end_ms: int) -> list[Selector]:
+    """The selectors of an expression (for exemplar lookups)."""
+    return [sel for sel, _, _ in _needs(root, start_ms, end_ms)]
+
+
+async def load(
+    source: SampleSource, root: Node, start_ms: int, end_ms: int
+) -> dict[int, list[Series]]:
+    """The samples of every selector in ``root``, keyed by the selector's ``id``."""
+    needs = list(_needs(root, start_ms, end_ms))
+    if not needs:
+        return {}
+    lo = min(n[1] for n in needs)
+    hi = max(n[2] for n in needs)
+    catalog = await source.catalog(lo, hi)
+    loop = asyncio.get_running_loop()
+
+    async def one(sel: Selector, a: int, b: int) -> list[Series]:
+        found: list[Series] = []
+        if all(m.matches(mapping.TARGET_INFO) for m in sel.matchers if m.name == NAME):
+            found = fetch.target_series(await source.targets(a, b))
+        names = fetch.select_metrics(catalog, sel.matchers)
+        if names:
+            wanted = sorted({n for info in catalog if info.otlp_name in names for n in info.names})
+            table, labels = await asyncio.gather(
+                source.rows(names, a, b), source.series(names, a, b)
+            )
+            found += await loop.run_in_executor(
+                None, fetch.to_series, table, labels, wanted, source.promote
+            )
+        return [s for s in found if fetch.matches_all(s.labels, sel.matchers)]
+
+    results = await asyncio.gather(*(one(sel, a, b) for sel, a, b in needs))
+    return {id(sel): series for (sel, _, _), series in zip(needs, results, strict=True)}
+
+
+class Evaluator:
+    def __init__(self, data: dict[int, list[Series]], start_ms: int, end_ms: int) -> None:
+        self.data = data
+        self.start_ms = start_ms
+        self.end_ms = end_ms
+
+    def eval(self, node: Node, ts: I64) -> Value:
+        n = len(ts)
+        if isinstance(node, Num):
+            return np.full(n, node.value)
+        if isinstance(node, Str):
+            return node.value
+        if isinstance(node, Selector):
+            if node.range_ms is not None:
+                return Matrix(
+                    self.data.get(id(node), []), node.range_ms, node.offset_ms, node.at_ms
+                )
+            return self.instant(node, ts)
+        if isinstance(node, Subquery):
+            return self.subquery(node, ts)
+        if isinstance(node, Neg):
+            inner = self.eval(node.expr, ts)
+            if isinstance(inner, Vec):
+                return binary.vector_scalar(
+                    Binary("*", node.expr, Num(-1.0)), inner, np.full(n, -1.0), True
+                )
+            if isinstance(inner, np.ndarray):
+                return -inner
+            raise PromQLError("unary minus needs a scalar or an instant vector")
+        if isinstance(node, Aggregate):
+            return self.aggregate(node, ts)
+        if isinstance(node, Binary):
+            return self.binary(node, ts)
+        if isinstance(node, Call):
+            return functions.call(self, node, ts)
+        raise PromQLError(f"unsupported expression {type(node).__name__}")
+
+    def vector(self, node: Node, ts: I64) -> Vec:
+        value = self.eval(node, ts)
+        if not isinstance(value, Vec):
+            raise PromQLError(f"expected an instant vector, got {_type_name(value)}")
+        return value
+
+    def scalar(self, node: Node, ts: I64) -> F64:
+        value = self.eval(node, ts)
+        if not isinstance(value, np.ndarray):
+            raise PromQLError(f"expected a scalar, got {_type_name(value)}")
+        return value
+
+    def instant(self, sel: Selector, ts: I64) -> Vec:
+        eff = (np.full(len(ts), sel.at_ms) if sel.at_ms is not None else ts) - sel.offset_ms
+        labels, values, present = [], [], []
+        for s in self.data.get(id(sel), []):
+            if not len(s.t):
+                continue
+            idx = np.searchsorted(s.t, eff, side="right") - 1
+            ok = idx >= 0
+            idx = np.maximum(idx, 0)
+            ok &= s.t[idx] >= eff - LOOKBACK_MS
+            if s.stale is not None:
+                ok &= ~s.stale[idx]
+            if not ok.any():
+                continue
+            labels.append(s.labels)
+            values.append(s.v[idx])
+            present.append(ok)
+        if not labels:
+            return Vec.empty(len(ts))
+        return Vec(labels, np.vstack(values), np.vstack(present))
+
+    def subquery(self, node: Subquery, ts: I64) -> Matrix:
+        step = node.step_ms or DEFAULT_SUBQUERY_STEP_MS
+        eff = (np.full(len(ts), node.at_ms) if node.at_ms is not None else ts) - node.offset_ms
+        lo = int(eff.min()) - node.range_ms
+        first = -(-lo // step) * step
+        grid = np.arange(first, int(eff.max()) + 1, step, dtype=np.int64)
+        if len(grid) > MAX_STEPS * 10:
+            raise PromQLError("subquery has too many steps; use a larger resolution")
+        if not len(grid):
+            return Matrix([], node.range_ms, node.offset_ms, node.at_ms)
+        inner = self.eval(node.expr, grid)
+        if isinstance(inner, np.ndarray):
+            series = [Series({}, grid, inner)]
+        elif isinstance(inner, Vec):
+            series = [
+                Series(inner.labels[i], grid[inner.present[i]], inner.values[i][inner.present[i]])
+                for i in range(len(inner.labels))
+                if inner.present[i].any()
+            ]
+        else:
+            raise PromQLError("subquery is only allowed on instant vector or scalar expressions")
+        return Matrix(series, node.range_ms, node.offset_ms, node.at_ms)
+
+    def aggregate(self, node: Aggregate, ts: I64) -> Vec:
+        vec = self.vector(node.expr, ts)
+        param: F64 | str | None = None
+        if node.op in ("topk", "bottomk", "quantile"):
+            assert node.param is not None
+            param = self.scalar(node.param, ts)
+        elif node.op == "count_values":
+            assert node.param is not None
+            text = self.eval(node.param, ts)
+            if not isinstance(text, str):
+                raise PromQLError("count_values needs a string label name")
+            param = text
+        return aggregate.aggregate(node.op, vec, node.labels, node.without, param)
+
+    def binary(self, node: Binary, ts: I64) -> Value:
+        lhs = self.eval(node.lhs, ts)
+        rhs = self.eval(node.rhs, ts)
+        if isinstance(lhs, np.ndarray) and isinstance(rhs, np.ndarray):
+            return binary.scalar_scalar(node, lhs, rhs)
+        if node.op in binary.SET_OPS and not (isinstance(lhs, Vec) and isinstance(rhs, Vec)):
+            raise PromQLError(f"set operator {node.op!r} not allowed in binary scalar expression")
+        if isinstance(lhs, Vec) and isinstance(rhs, np.ndarray):
+            return binary.vector_scalar(node, lhs, rhs, True)
+        if isinstance(lhs, np.ndarray) and isinstance(rhs, Vec):
+            return binary.vector_scalar(node, rhs, lhs, False)
+        if isinstance(lhs, Vec) and isinstance(rhs, Vec):
+            return binary.vector_vector(node, lhs, rhs)
+        raise PromQLError(
+            f"binary expression must contain only scalar and instant vector types, "
+            f"got {_type_name(lhs)} and {_type_name(rhs)}"
+        )
+
+
+def _type_name(value: Value) -> str:
+    if isinstance(value, Vec):
+        return "instant vector"
+    if isinstance(value, Matrix):
+        return "range vector"
+    if isinstance(value, str):
+        return "string"
+    return "scalar"
+
+
+def steps(start_ms: int, end_ms: int, step_ms: int) -> I64:
+    return np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
+
+
+async def evaluate(
+    source: SampleSource,
+    text: str,
+    start_ms: int,
+    end_ms: int,
+    step_ms: int,
+    instant: bool,
+) -> Result:
+    """Parse, fetch and evaluate ``text`` over the steps of ``[start_ms, end_ms]``."""
+    root = tree.parse(text, start_ms, end_ms)
+    if not instant and isinstance(root, Selector) and root.range_ms is not None:
+        raise PromQLError(
+            'invalid expression type "range vector" for range query, '
+            "must be Scalar or instant Vector"
+        )
+    if not instant and isinstance(root, Str):
+        raise PromQLError(
+            'invalid expression type "string" for range query, must be Scalar or instant Vector'
+        )
+    data = await load(source, root, start_ms, end_ms)
+    ts = steps(start_ms, end_ms, step_ms)
+
+    def run() -> Result:
+        value = Evaluator(data, start_ms, end_ms).eval(root, ts)
+        if isinstance(value, Matrix):
+            if not instant:
+                raise PromQLError(
+                    'invalid expression type "range vector" for range query, '
+                    "must be Scalar or instant Vector"
+                )
+            return Result("matrix", ts, samples=ranges.window_samples(value, start_ms))
+        if isinstance(value, str):
+            return Result("string", ts, string=value)
+        if isinstance(value, Vec):
+            return Result("vector" if instant else "matrix", ts, vec=value.compact())
+        return Result("scalar" if instant else "matrix", ts, scalar=value)
+
+    return await asyncio.get_running_loop().run_in_executor(None, run)

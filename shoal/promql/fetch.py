@@ -1,0 +1,444 @@
+"""From ``metrics`` rows to Prometheus series: the OTLP view applied column-wise.
+
+Samples arrive without attribute maps; labels come from one row per series. The
+rows are turned into series with a loop per series, never per sample. Label
+matchers and the metric catalog's name selection live here too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shoal.errors import PromQLError
+from shoal.promql import mapping
+from shoal.promql.model import NAME, LabelKey, Labels, Series, key
+
+logger = logging.getLogger(__name__)
+
+STALE_FLAG = 1
+"""OTLP's FLAG_NO_RECORDED_VALUE: the point marks the series as gone (a stale marker)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricInfo:
+    """One OTLP metric as the catalog query sees it, with its Prometheus base name."""
+
+    otlp_name: str
+    metric_type: str
+    unit: str
+    monotonic: bool | None
+    temporality: int | None
+    description: str
+
+    @property
+    def base(self) -> str:
+        return mapping.metric_name(self.otlp_name, self.unit, self.metric_type, self.monotonic)
+
+    @property
+    def names(self) -> list[str]:
+        return mapping.exposed_names(self.base, self.metric_type)
+
+
+def target_keys(table: pa.Table) -> list[tuple[str, str, str]]:
+    return list(
+        zip(
+            table.column("s").to_pylist(),
+            table.column("ns").to_pylist(),
+            table.column("iid").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def target_label_sets(resources: pa.Table) -> list[Labels]:
+    """The ``target_info`` label set of each resource that has attributes beyond its identity."""
+    out: dict[LabelKey, Labels] = {}
+    for raw in resources.column("resource_attributes").to_pylist():
+        labels = mapping.target_labels({str(a): str(b) for a, b in raw or []})
+        if labels is not None:
+            out.setdefault(key(labels), labels)
+    return list(out.values())
+
+
+def target_series(found: tuple[pa.Table, pa.Table]) -> list[Series]:
+    """``target_info`` series: value 1 whenever the resource sent a point."""
+    resources, times = found
+    labels_of: dict[tuple[str, str, str], Labels] = {}
+    for k, raw in zip(
+        target_keys(resources), resources.column("resource_attributes").to_pylist(), strict=True
+    ):
+        labels = mapping.target_labels({str(a): str(b) for a, b in raw or []})
+        if labels is not None:
+            labels_of[k] = labels
+    if not labels_of or times.num_rows == 0:
+        return []
+    t_ms = np.asarray(times.column("time_unix_nano").to_numpy(), dtype=np.int64) // 1_000_000
+    keys = target_keys(times)
+    by_target: dict[LabelKey, tuple[Labels, list[int]]] = {}
+    for k, t in zip(keys, t_ms, strict=True):
+        labels = labels_of.get(k)
+        if labels is not None:
+            by_target.setdefault(key(labels), (labels, []))[1].append(int(t))
+    out = []
+    for labels, ts in by_target.values():
+        t_arr = np.unique(np.asarray(ts, dtype=np.int64))
+        out.append(Series(labels, t_arr, np.ones(len(t_arr))))
+    return out
+
+
+# -- matchers ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelMatcher:
+    name: str
+    op: str  # "=", "!=", "=~", "!~"
+    value: str
+
+    def regex(self) -> re.Pattern[str]:
+        try:
+            return re.compile(self.value)
+        except re.error as exc:
+            raise PromQLError(f"invalid regular expression {self.value!r}: {exc}") from None
+
+    def matches(self, value: str) -> bool:
+        if self.op == "=":
+            return value == self.value
+        if self.op == "!=":
+            return value != self.value
+        hit = self.regex().fullmatch(value) is not None
+        return hit if self.op == "=~" else not hit
+
+
+def matches_all(labels: Labels, matchers: Iterable[LabelMatcher]) -> bool:
+    return all(m.matches(labels.get(m.name, "")) for m in matchers)
+
+
+def select_metrics(catalog: Iterable[MetricInfo], matchers: Sequence[LabelMatcher]) -> list[str]:
+    """The OTLP metric names whose Prometheus names the ``__name__`` matchers accept."""
+    name_matchers = [m for m in matchers if m.name == NAME]
+    out = []
+    for info in catalog:
+        if any(all(m.matches(n) for m in name_matchers) for n in info.names):
+            out.append(info.otlp_name)
+    return out
+
+
+# -- rows -> series -----------------------------------------------------------------
+
+
+def _map_at(column: pa.ChunkedArray, i: int) -> dict[str, str]:
+    raw = column[i].as_py()
+    if not raw:
+        return {}
+    return {str(k): str(v) for k, v in raw}
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.parts: dict[
+            LabelKey, tuple[Labels, list[np.ndarray], list[np.ndarray], list[np.ndarray]]
+        ]
+        self.parts = {}
+
+    def add(self, labels: Labels, t: np.ndarray, v: np.ndarray, stale: np.ndarray) -> None:
+        k = key(labels)
+        slot = self.parts.get(k)
+        if slot is None:
+            self.parts[k] = (labels, [t], [v], [stale])
+        else:
+            slot[1].append(t)
+            slot[2].append(v)
+            slot[3].append(stale)
+
+    def series(self) -> list[Series]:
+        out = []
+        for labels, ts, vs, ss in self.parts.values():
+            t = np.concatenate(ts).astype(np.int64)
+            v = np.concatenate(vs).astype(np.float64)
+            s = np.concatenate(ss).astype(bool)
+            if len(ts) > 1:
+                order = np.argsort(t, kind="stable")
+                t, v, s = t[order], v[order], s[order]
+                # same timestamp twice (two OTLP series mapped onto one): the last wins
+                keep = np.ones(len(t), dtype=bool)
+                keep[:-1] = t[1:] != t[:-1]
+                t, v, s = t[keep], v[keep], s[keep]
+            out.append(Series(labels, t, v, s if s.any() else None))
+        return out
+
+
+class _Floats:
+    """Numeric columns of one table as float64 arrays (null as NaN), converted once."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+        self.columns: dict[str, np.ndarray] = {}
+
+    def __call__(self, name: str, rows: np.ndarray) -> np.ndarray:
+        values = self.columns.get(name)
+        if values is None:
+            column = pc.cast(self.table.column(name), pa.float64())
+            values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+            self.columns[name] = values
+        return np.asarray(values[rows], dtype=np.float64)
+
+
+def restarts(t_ms: np.ndarray, start_ns: np.ndarray) -> np.ndarray:
+    """Start times (ms) of restarts: a point whose start time changed and lies after the
+    previous point. A zero sample there makes ``rate`` and ``increase`` see the reset even
+    when the new count already exceeds the old one."""
+    if len(t_ms) < 2:
+        return np.zeros(0, dtype=np.int64)
+    start_ms = start_ns // 1_000_000
+    new = (start_ns[1:] != start_ns[:-1]) & (start_ns[1:] > 0)
+    new &= (start_ms[1:] > t_ms[:-1]) & (start_ms[1:] < t_ms[1:])
+    return np.asarray(start_ms[1:][new], dtype=np.int64)
+
+
+def _series_index(labels: pa.Table) -> dict[tuple[str, int], int]:
+    names = labels.column("metric_name").to_pylist()
+    sids = labels.column("series_id").to_pylist()
+    return {(str(n), int(i)): row for row, (n, i) in enumerate(zip(names, sids, strict=True))}
+
+
+def to_series(
+    table: pa.Table,
+    labels: pa.Table,
+    wanted: Sequence[str] | None = None,
+    promote: tuple[str, ...] = (),
+) -> list[Series]:
+    """Prometheus series of the fetched samples.
+
+    ``labels`` holds one row per OTLP series (:meth:`QuerySource.series`) with its type
+    and attribute maps; ``wanted`` limits the exposed names.
+    """
+    n = table.num_rows
+    if n == 0:
+        return []
+    index = _series_index(labels)
+    names = table.column("metric_name").combine_chunks().dictionary_encode()
+    dictionary = [str(x) for x in names.dictionary.to_pylist()]
+    name_code = np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    sid = np.asarray(table.column("series_id").to_numpy(), dtype=np.int64)
+    tns = np.asarray(table.column("time_unix_nano").to_numpy(), dtype=np.int64)
+    order = np.lexsort((tns, sid, name_code))
+    name_code, sid, tns = name_code[order], sid[order], tns[order]
+    change = np.ones(n, dtype=bool)
+    change[1:] = (name_code[1:] != name_code[:-1]) | (sid[1:] != sid[:-1])
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], n)
+    flags = np.asarray(table.column("flags").to_numpy(), dtype=np.int64)[order]
+    start_ns = np.asarray(table.column("start_time_unix_nano").to_numpy(), dtype=np.int64)[order]
+    wanted_set = set(wanted) if wanted is not None else None
+    out = _Collector()
+    lists: tuple[FlatLists, FlatLists] | None = None
+    floats = _Floats(table)
+    for a, b in zip(starts, ends, strict=True):
+        row = index.get((dictionary[int(name_code[a])], int(sid[a])))
+        if row is None:  # written between the two reads: seen by the next query
+            continue
+        rows = order[a:b]
+        info = _info_at(labels, row)
+        attributes = _map_at(labels.column("attributes"), row)
+        resource = _map_at(labels.column("resource_attributes"), row)
+        t = tns[a:b] // 1_000_000
+        stale = (flags[a:b] & STALE_FLAG) != 0
+        base = info.base
+        emit = _Emitter(out, wanted_set, attributes, resource, t, stale, promote)
+        cumulative = info.metric_type == "summary" or (
+            info.temporality == 2
+            and (info.metric_type == "histogram" or (info.metric_type == "sum" and info.monotonic))
+        )
+        if cumulative:
+            emit.zeros = restarts(t, start_ns[a:b])
+        if info.metric_type in ("gauge", "sum"):
+            v = floats("value", rows)
+            if info.metric_type == "sum" and info.temporality == 1:
+                # delta sums: the running total of the fetched points (docs/rationale.md)
+                v = np.cumsum(np.where(stale | np.isnan(v), 0.0, v))
+            emit(base, v)
+        elif info.metric_type == "histogram":
+            if lists is None:
+                lists = (
+                    FlatLists(table.column("explicit_bounds")),
+                    FlatLists(table.column("bucket_counts")),
+                )
+            _histogram(floats, rows, base, emit, info.temporality == 1, lists)
+        elif info.metric_type == "summary":
+            _summary(table, floats, rows, base, emit)
+    return out.series()
+
+
+@dataclasses.dataclass
+class _Emitter:
+    """Adds the series of one OTLP series under one exposed name (and extra labels)."""
+
+    out: _Collector
+    wanted: set[str] | None
+    attributes: dict[str, str]
+    resource: dict[str, str]
+    t: np.ndarray
+    stale: np.ndarray
+    promote: tuple[str, ...] = ()
+    zeros: np.ndarray | None = None
+    """Times of injected zero samples: a counter restarted (a new start time)."""
+
+    def __call__(
+        self,
+        name: str,
+        values: np.ndarray,
+        extra: dict[str, str] | None = None,
+        keep: np.ndarray | None = None,
+    ) -> None:
+        if self.wanted is not None and name not in self.wanted:
+            return
+        labels = mapping.series_labels(name, self.attributes, self.resource, self.promote)
+        if extra:
+            labels.update(extra)
+        t, stale = self.t, self.stale
+        if keep is not None:
+            t, values, stale = t[keep], values[keep], stale[keep]
+        if self.zeros is not None and len(self.zeros):
+            t = np.concatenate([t, self.zeros])
+            values = np.concatenate([values, np.zeros(len(self.zeros))])
+            stale = np.concatenate([stale, np.zeros(len(self.zeros), dtype=bool)])
+            order = np.argsort(t, kind="stable")
+            t, values, stale = t[order], values[order], stale[order]
+        self.out.add(labels, t, values, stale)
+
+
+class FlatLists:
+    """A list column as flat values with a start and a length per row, read once per table."""
+
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        arr = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        lengths = pc.list_value_length(arr).fill_null(0)
+        self.lengths = np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=np.int64)
+        self.starts = np.cumsum(self.lengths) - self.lengths
+        self.values = np.asarray(
+            pc.list_flatten(arr).to_numpy(zero_copy_only=False), dtype=np.float64
+        )
+
+    def matrix(self, rows: np.ndarray, width: int) -> np.ndarray:
+        return np.asarray(self.values[self.starts[rows][:, None] + np.arange(width)[None, :]])
+
+    def row(self, i: int) -> tuple[float, ...]:
+        a = int(self.starts[i])
+        return tuple(self.values[a : a + int(self.lengths[i])].tolist())
+
+
+def _layouts(
+    bounds: FlatLists, counts: FlatLists, rows: np.ndarray
+) -> list[tuple[tuple[float, ...], np.ndarray]]:
+    """The rows (positions in ``rows``) of each bucket layout; one layout is the usual case."""
+    valid = np.flatnonzero(counts.lengths[rows] > 0)
+    if not len(valid):
+        return []
+    width = int(counts.lengths[rows[valid[0]]])
+    same = (counts.lengths[rows[valid]] == width).all() and (
+        bounds.lengths[rows[valid]] == width - 1
+    ).all()
+    if same:
+        mat = bounds.matrix(rows[valid], width - 1)
+        if (mat == mat[0]).all():
+            return [(tuple(mat[0].tolist()), valid)]
+    groups: dict[tuple[float, ...], list[int]] = {}
+    for i in valid:
+        key_ = bounds.row(int(rows[i]))
+        if len(key_) + 1 == counts.lengths[rows[i]]:
+            groups.setdefault(key_, []).append(int(i))
+    return [(k, np.asarray(v)) for k, v in groups.items()]
+
+
+def _histogram(
+    floats: _Floats,
+    rows: np.ndarray,
+    base: str,
+    emit: _Emitter,
+    delta: bool,
+    lists: tuple[FlatLists, FlatLists],
+) -> None:
+    count = floats("count", rows)
+    total = floats("sum", rows)
+    if delta:
+        count = np.cumsum(np.nan_to_num(count))
+        total = np.cumsum(np.nan_to_num(total))
+    emit(f"{base}_count", count)
+    emit(f"{base}_sum", total)
+    bounds, counts = lists
+    for layout, sel in _layouts(bounds, counts, rows):
+        cum = np.cumsum(counts.matrix(rows[sel], len(layout) + 1), axis=1)
+        if delta:
+            cum = np.cumsum(cum, axis=0)
+        keep = np.zeros(len(rows), dtype=bool)
+        keep[sel] = True
+        les = [mapping.format_float(b) for b in layout] + ["+Inf"]
+        for j, le in enumerate(les):
+            full = np.full(len(rows), np.nan)
+            full[sel] = cum[:, j]
+            emit(f"{base}_bucket", full, {"le": le}, keep)
+
+
+def _summary(table: pa.Table, floats: _Floats, rows: np.ndarray, base: str, emit: _Emitter) -> None:
+    emit(f"{base}_count", floats("count", rows))
+    emit(f"{base}_sum", floats("sum", rows))
+    quantiles = table.column("quantile_values").take(pa.array(rows)).to_pylist()
+    by_q: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+    for i, items in enumerate(quantiles):
+        for item in items or ():
+            q = float(item["quantile"])
+            if q not in by_q:
+                by_q[q] = (np.full(len(rows), np.nan), np.zeros(len(rows), dtype=bool))
+            by_q[q][0][i] = float(item["value"])
+            by_q[q][1][i] = True
+    for q, (values, keep) in by_q.items():
+        emit(base, values, {"quantile": mapping.format_float(q)}, keep)
+
+
+def _info_at(table: pa.Table, i: int) -> MetricInfo:
+    return MetricInfo(
+        str(table.column("metric_name")[i].as_py()),
+        str(table.column("metric_type")[i].as_py()),
+        str(table.column("metric_unit")[i].as_py() or ""),
+        table.column("is_monotonic")[i].as_py(),
+        table.column("aggregation_temporality")[i].as_py(),
+        "",
+    )
+
+
+def series_label_sets(table: pa.Table, promote: tuple[str, ...] = ()) -> list[Labels]:
+    """Every Prometheus label set of the series rows of :meth:`QuerySource.series`."""
+    seen: dict[LabelKey, Labels] = {}
+    for i in range(table.num_rows):
+        info = _info_at(table, i)
+        attributes = _map_at(table.column("attributes"), i)
+        resource = _map_at(table.column("resource_attributes"), i)
+        base = info.base
+        extras: list[tuple[str, dict[str, str]]] = []
+        if info.metric_type == "histogram":
+            bounds = table.column("explicit_bounds")[i].as_py() or []
+            extras += [(f"{base}_bucket", {"le": mapping.format_float(b)}) for b in bounds]
+            extras += [
+                (f"{base}_bucket", {"le": "+Inf"}),
+                (f"{base}_sum", {}),
+                (f"{base}_count", {}),
+            ]
+        elif info.metric_type == "summary":
+            items = table.column("quantile_values")[i].as_py() or []
+            extras += [(base, {"quantile": mapping.format_float(q["quantile"])}) for q in items]
+            extras += [(f"{base}_sum", {}), (f"{base}_count", {})]
+        elif info.metric_type in ("gauge", "sum"):
+            extras.append((base, {}))
+        for name, extra in extras:
+            labels = mapping.series_labels(name, attributes, resource, promote)
+            labels.update(extra)
+            seen.setdefault(key(labels), labels)
+    return list(seen.values())

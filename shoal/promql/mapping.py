@@ -1,0 +1,209 @@
+"""The OTLP -> Prometheus view: metric names, label names, job/instance, target_info.
+
+The rules follow the OpenTelemetry specification's Prometheus compatibility
+section and the defaults of Prometheus' own OTLP receiver (names with unit and
+type suffixes, characters outside Prometheus' set replaced by underscores);
+docs/rationale.md lists them. Nothing here touches the stored rows: the
+mapping is applied when a query reads them.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+
+import numpy as np
+
+UNITS: dict[str, str] = {
+    "d": "days",
+    "h": "hours",
+    "min": "minutes",
+    "s": "seconds",
+    "ms": "milliseconds",
+    "us": "microseconds",
+    "ns": "nanoseconds",
+    "By": "bytes",
+    "KiBy": "kibibytes",
+    "MiBy": "mebibytes",
+    "GiBy": "gibibytes",
+    "TiBy": "tibibytes",
+    "KBy": "kilobytes",
+    "MBy": "megabytes",
+    "GBy": "gigabytes",
+    "TBy": "terabytes",
+    "m": "meters",
+    "V": "volts",
+    "A": "amperes",
+    "J": "joules",
+    "W": "watts",
+    "g": "grams",
+    "Cel": "celsius",
+    "Hz": "hertz",
+    "1": "",
+    "%": "percent",
+}
+PER_UNITS: dict[str, str] = {
+    "s": "second",
+    "m": "minute",
+    "h": "hour",
+    "d": "day",
+    "w": "week",
+    "mo": "month",
+    "y": "year",
+}
+
+SERVICE_NAME = "service.name"
+SERVICE_NAMESPACE = "service.namespace"
+SERVICE_INSTANCE_ID = "service.instance.id"
+IDENTIFYING = frozenset({SERVICE_NAME, SERVICE_NAMESPACE, SERVICE_INSTANCE_ID})
+TARGET_INFO = "target_info"
+
+_TOKEN = re.compile(r"[A-Za-z0-9]+")
+_LABEL_BAD = re.compile(r"[^A-Za-z0-9_]")
+_BRACES = re.compile(r"\{[^}]*\}")
+
+
+def _unit_token(text: str, table: Mapping[str, str]) -> str:
+    text = _BRACES.sub("", text).strip()
+    if not text:
+        return ""
+    mapped = table.get(text, text)
+    return "_".join(_TOKEN.findall(mapped))
+
+
+@functools.lru_cache(maxsize=65536)
+def metric_name(name: str, unit: str | None, metric_type: str, monotonic: bool | None) -> str:
+    """The Prometheus name of an OTLP metric (before ``_bucket``/``_sum``/``_count``)."""
+    tokens = _TOKEN.findall(name)
+    unit = unit or ""
+    main, _, per = unit.partition("/")
+    main_token = _unit_token(main, UNITS)
+    if main_token and main_token not in tokens:
+        tokens.append(main_token)
+    per_token = _unit_token(per, PER_UNITS) if per else ""
+    if per_token and per_token not in tokens:
+        tokens += ["per", per_token]
+    if metric_type == "sum" and monotonic:
+        tokens = [t for t in tokens if t != "total"] + ["total"]
+    if unit == "1" and metric_type == "gauge":
+        tokens = [t for t in tokens if t != "ratio"] + ["ratio"]
+    out = "_".join(tokens)
+    if not out:
+        return "_"
+    if out[0].isdigit():
+        out = "_" + out
+    return out
+
+
+@functools.lru_cache(maxsize=65536)
+def label_name(key: str) -> str:
+    """An attribute key as a Prometheus label name."""
+    if not key:
+        return key
+    out = _LABEL_BAD.sub("_", key)
+    if out[0].isdigit():
+        out = "key_" + out
+    elif out.startswith("_") and not out.startswith("__"):
+        out = "key" + out
+    return out
+
+
+def job_instance(resource: Mapping[str, str]) -> dict[str, str]:
+    """``job`` and ``instance`` from the identifying resource attributes."""
+    out: dict[str, str] = {}
+    name = resource.get(SERVICE_NAME)
+    if name:
+        namespace = resource.get(SERVICE_NAMESPACE)
+        out["job"] = f"{namespace}/{name}" if namespace else name
+    instance = resource.get(SERVICE_INSTANCE_ID)
+    if instance:
+        out["instance"] = instance
+    return out
+
+
+def series_labels(
+    name: str,
+    attributes: Mapping[str, str],
+    resource: Mapping[str, str],
+    promote: tuple[str, ...] = (),
+) -> dict[str, str]:
+    """The label set of one series: promoted resource attributes, point attributes (which
+    win over them), then job/instance, then ``__name__``.
+
+    Attribute keys that sanitise to the same label name are joined with ``;`` in key
+    order, as Prometheus' OTLP receiver does.
+    """
+    labels: dict[str, str] = {}
+    for key in sorted(promote):
+        value = resource.get(key, "")
+        if value != "" and key not in IDENTIFYING:
+            labels[label_name(key)] = value
+    point: dict[str, str] = {}
+    for key in sorted(attributes):
+        value = attributes[key]
+        if value == "":
+            continue
+        label = label_name(key)
+        point[label] = f"{point[label]};{value}" if label in point else value
+    labels.update(point)
+    labels.update(job_instance(resource))
+    labels["__name__"] = name
+    return labels
+
+
+def target_labels(resource: Mapping[str, str]) -> dict[str, str] | None:
+    """The ``target_info`` labels of a resource; None when it has nothing but identity."""
+    extra = {k: v for k, v in resource.items() if k not in IDENTIFYING and v != ""}
+    if not extra:
+        return None
+    labels: dict[str, str] = {}
+    for key in sorted(extra):
+        label = label_name(key)
+        labels[label] = f"{labels[label]};{extra[key]}" if label in labels else extra[key]
+    labels.update(job_instance(resource))
+    labels["__name__"] = TARGET_INFO
+    return labels
+
+
+def format_float(value: float) -> str:
+    """A float as Prometheus writes it in JSON and in ``le``/``quantile`` labels."""
+    if value != value:
+        return "NaN"
+    if value == float("inf"):
+        return "+Inf"
+    if value == float("-inf"):
+        return "-Inf"
+    text = repr(float(value))
+    if "e" in text or "E" in text:
+        return str(np.format_float_positional(value, trim="-"))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def exposed_names(base: str, metric_type: str) -> list[str]:
+    """Every Prometheus name an OTLP metric of this type appears under."""
+    if metric_type == "histogram":
+        return [f"{base}_bucket", f"{base}_sum", f"{base}_count"]
+    if metric_type == "summary":
+        return [base, f"{base}_sum", f"{base}_count"]
+    if metric_type == "exponential_histogram":
+        return []
+    return [base]
+
+
+def prom_type(metric_type: str, monotonic: bool | None, temporality: int | None) -> str:
+    """The Prometheus metadata type of an OTLP metric."""
+    if metric_type == "sum":
+        return "counter" if monotonic else "gauge"
+    if metric_type == "histogram":
+        return "histogram"
+    if metric_type == "summary":
+        return "summary"
+    if metric_type == "exponential_histogram":
+        return "histogram"
+    return "gauge"
+
+
+def promoted(setting: str) -> tuple[str, ...]:
+    """The resource attribute keys of ``promql_promote_resource_attributes``."""
+    return tuple(sorted({k.strip() for k in setting.split(",") if k.strip()}))

@@ -1,0 +1,275 @@
+"""Functions over range vectors (``rate``, ``*_over_time``, ...), column-wise per series.
+
+For each series the window of every step is a pair of indices found with
+``searchsorted``; counts, firsts, lasts and counter corrections come from those
+indices and prefix sums, and the remaining reductions from ``ufunc.reduceat``
+over the gathered windows. Windows are closed at both ends (``[t - range, t]``),
+as in the Prometheus 2.x releases the project is compared against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from shoal.errors import PromQLError
+from shoal.promql.model import F64, I64, Mask, Matrix, Series, Vec, merge_rows, without_name
+
+RangeFn = Callable[[Series, I64, I64, I64, int, I64, list[float]], tuple[F64, Mask]]
+
+
+def _windows(t: I64, eff: I64, range_ms: int) -> tuple[I64, I64]:
+    lo = np.searchsorted(t, eff - range_ms, side="left").astype(np.int64)
+    hi = np.searchsorted(t, eff, side="right").astype(np.int64)
+    return lo, hi
+
+
+def _gather(lo: I64, hi: I64) -> tuple[I64, I64, Mask]:
+    """Flat indices of every non-empty window and where each window starts in them."""
+    cnt = hi - lo
+    ok = cnt > 0
+    lens = cnt[ok]
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    total = int(lens.sum())
+    flat = np.arange(total, dtype=np.int64) - np.repeat(starts, lens) + np.repeat(lo[ok], lens)
+    return flat, starts, ok
+
+
+def _extrapolated(counter: bool, rate: bool) -> RangeFn:
+    def fn(
+        s: Series, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
+    ) -> tuple[F64, Mask]:
+        t, v = s.t, s.v
+        ok = (hi - lo) >= 2
+        out = np.full(len(lo), np.nan)
+        if not ok.any():
+            return out, ok
+        a, b = lo[ok], hi[ok] - 1
+        first, last = v[a], v[b]
+        result = last - first
+        if counter:
+            prev = np.concatenate([[0.0], v[:-1]])
+            drops = np.where(v < prev, prev, 0.0)
+            drops[0] = 0.0
+            pref = np.concatenate([[0.0], np.cumsum(drops)])
+            result = result + (pref[b + 1] - pref[a + 1])
+        range_start = (eff[ok] - range_ms).astype(np.float64)
+        range_end = eff[ok].astype(np.float64)
+        to_start = (t[a] - range_start) / 1000.0
+        to_end = (range_end - t[b]) / 1000.0
+        sampled = (t[b] - t[a]) / 1000.0
+        avg_gap = sampled / (hi[ok] - lo[ok] - 1)
+        if counter:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                to_zero = sampled * (first / result)
+            use = (result > 0) & (first >= 0) & (to_zero < to_start)
+            to_start = np.where(use, to_zero, to_start)
+        threshold = avg_gap * 1.1
+        interval = sampled.copy()
+        interval += np.where(to_start < threshold, to_start, avg_gap / 2)
+        interval += np.where(to_end < threshold, to_end, avg_gap / 2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            result = result * (interval / sampled)
+        if rate:
+            result = result / (range_ms / 1000.0)
+        out[ok] = result
+        return out, ok
+
+    return fn
+
+
+def _instant(rate: bool) -> RangeFn:
+    def fn(
+        s: Series, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
+    ) -> tuple[F64, Mask]:
+        ok = (hi - lo) >= 2
+        out = np.full(len(lo), np.nan)
+        b = hi[ok] - 1
+        last, prev = s.v[b], s.v[b - 1]
+        gap = (s.t[b] - s.t[b - 1]).astype(np.float64)
+        value = last - prev
+        if rate:
+            value = np.where(last < prev, last, value)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                value = value / (gap / 1000.0)
+        good = gap != 0
+        out[ok] = value
+        ok[ok] = good
+        return out, ok
+
+    return fn
+
+
+def _steps_count(kind: str) -> RangeFn:
+    def fn(
+        s: Series, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
+    ) -> tuple[F64, Mask]:
+        v = s.v
+        if kind == "changes":
+            hit = (v[1:] != v[:-1]) & ~(np.isnan(v[1:]) & np.isnan(v[:-1]))
+        else:
+            hit = v[1:] < v[:-1]
+        pref = np.concatenate([[0], np.cumsum(hit)]).astype(np.float64)
+        ok = (hi - lo) >= 1
+        top = len(pref) - 1
+        out = pref[np.clip(hi - 1, 0, top)] - pref[np.clip(lo, 0, top)]
+        return np.where(ok, out, 0.0), ok
+
+    return fn
+
+
+def _over_time(kind: str) -> RangeFn:
+    def fn(
+        s: Series, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
+    ) -> tuple[F64, Mask]:
+        out = np.full(len(lo), np.nan)
+        flat, starts, ok = _gather(lo, hi)
+        if not ok.any():
+            return out, ok
+        x = s.v[flat]
+        cnt = (hi - lo)[ok].astype(np.float64)
+        if kind == "count":
+            res = cnt
+        elif kind == "present":
+            res = np.ones(len(cnt))
+        elif kind == "last":
+            res = s.v[hi[ok] - 1]
+        elif kind == "sum":
+            res = np.add.reduceat(x, starts)
+        elif kind == "avg":
+            res = np.add.reduceat(x, starts) / cnt
+        elif kind == "min":
+            res = np.fmin.reduceat(x, starts)
+        elif kind == "max":
+            res = np.fmax.reduceat(x, starts)
+        elif kind in ("stddev", "stdvar"):
+            mean = np.add.reduceat(x, starts) / cnt
+            dev = x - np.repeat(mean, (hi - lo)[ok])
+            res = np.add.reduceat(dev * dev, starts) / cnt
+            if kind == "stddev":
+                res = np.sqrt(res)
+        elif kind == "quantile":
+            q = args[0]
+            res = np.array(
+                [_quantile(q, x[a : a + int(n)]) for a, n in zip(starts, cnt, strict=True)]
+            )
+        else:
+            raise PromQLError(f"unknown function {kind}_over_time")
+        out[ok] = res
+        return out, ok
+
+    return fn
+
+
+def _quantile(q: float, values: F64) -> float:
+    if np.isnan(q):
+        return float("nan")
+    if q < 0:
+        return float("-inf")
+    if q > 1:
+        return float("inf")
+    ordered = np.sort(values)
+    rank = q * (len(ordered) - 1)
+    low = int(np.floor(rank))
+    high = min(low + 1, len(ordered) - 1)
+    weight = rank - low
+    return float(ordered[low] * (1 - weight) + ordered[high] * weight)
+
+
+def _regression(predict: bool) -> RangeFn:
+    def fn(
+        s: Series, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
+    ) -> tuple[F64, Mask]:
+        out = np.full(len(lo), np.nan)
+        ok0 = (hi - lo) >= 2
+        flat, starts, ok = _gather(np.where(ok0, lo, hi), hi)
+        if not ok.any():
+            return out, ok
+        lens = (hi - lo)[ok]
+        intercept_t = ts[ok] if predict else s.t[lo[ok]]
+        x = (s.t[flat] - np.repeat(intercept_t, lens)) / 1000.0
+        y = s.v[flat]
+        n = lens.astype(np.float64)
+        sx = np.add.reduceat(x, starts)
+        sy = np.add.reduceat(y, starts)
+        sxy = np.add.reduceat(x * y, starts)
+        sxx = np.add.reduceat(x * x, starts)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cov = sxy - sx * sy / n
+            var = sxx - sx * sx / n
+            slope = cov / var
+            intercept = sy / n - slope * sx / n
+        const = np.fmin.reduceat(y, starts) == np.fmax.reduceat(y, starts)
+        slope = np.where(const, 0.0, slope)
+        intercept = np.where(const, y[starts], intercept)
+        out[ok] = intercept + slope * args[0] if predict else slope
+        return out, ok
+
+    return fn
+
+
+RANGE_FUNCTIONS: dict[str, RangeFn] = {
+    "rate": _extrapolated(counter=True, rate=True),
+    "increase": _extrapolated(counter=True, rate=False),
+    "delta": _extrapolated(counter=False, rate=False),
+    "irate": _instant(rate=True),
+    "idelta": _instant(rate=False),
+    "changes": _steps_count("changes"),
+    "resets": _steps_count("resets"),
+    "deriv": _regression(predict=False),
+    "predict_linear": _regression(predict=True),
+    **{
+        f"{k}_over_time": _over_time(k)
+        for k in ("avg", "sum", "count", "min", "max", "last", "present", "stddev", "stdvar")
+    },
+    "quantile_over_time": _over_time("quantile"),
+}
+KEEPS_NAME = frozenset({"last_over_time"})
+
+
+def apply(name: str, matrix: Matrix, ts: I64, args: list[float]) -> Vec:
+    """``name`` over ``matrix`` at the evaluation times ``ts``."""
+    fn = RANGE_FUNCTIONS[name]
+    eff = (np.full(len(ts), matrix.at_ms) if matrix.at_ms is not None else ts) - matrix.offset_ms
+    eff = eff.astype(np.int64)
+    labels, values, present = [], [], []
+    for series in matrix.series:
+        live = series.live()
+        lo, hi = _windows(live.t, eff, matrix.range_ms)
+        if not (hi > lo).any():
+            continue
+        pred_ts = (np.full(len(ts), matrix.at_ms) if matrix.at_ms is not None else ts).astype(
+            np.int64
+        )
+        out, ok = fn(live, lo, hi, eff, matrix.range_ms, pred_ts, args)
+        if not ok.any():
+            continue
+        labels.append(dict(live.labels) if name in KEEPS_NAME else without_name(live.labels))
+        values.append(out)
+        present.append(ok)
+    if not labels:
+        return Vec.empty(len(ts))
+    return merge_rows(labels, np.vstack(values), np.vstack(present))
+
+
+def window_samples(matrix: Matrix, t_ms: int) -> list[Series]:
+    """The raw samples of each series in the window at ``t_ms`` (an instant query of ``x[5m]``)."""
+    eff = (matrix.at_ms if matrix.at_ms is not None else t_ms) - matrix.offset_ms
+    out = []
+    for series in matrix.series:
+        live = series.live()
+        keep = (live.t >= eff - matrix.range_ms) & (live.t <= eff)
+        if keep.any():
+            out.append(Series(live.labels, live.t[keep], live.v[keep]))
+    return out
+
+
+def absent_over_time(matrix: Matrix, ts: I64) -> Mask:
+    """Steps at which no series of ``matrix`` has a sample in its window."""
+    eff = (np.full(len(ts), matrix.at_ms) if matrix.at_ms is not None else ts) - matrix.offset_ms
+    seen = np.zeros(len(ts), dtype=bool)
+    for series in matrix.series:
+        lo, hi = _windows(series.live().t, eff.astype(np.int64), matrix.range_ms)
+        seen |= hi > lo
+    return ~seen
