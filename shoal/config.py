@@ -124,6 +124,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds SIGTERM waits for the queue to drain and the final flush.",
     ),
     Setting(
+        "memory_limit_bytes",
+        0,
+        _parse_size,
+        "Memory the server may use; 0 takes the cgroup limit (systemd MemoryMax=). At start "
+        "the limits below must fit in it (docs/operations.md, Memory).",
+    ),
+    Setting(
         "event_loop",
         "uvloop",
         _choice("uvloop", "asyncio"),
