@@ -92,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--role",
         default="ingest,query",
-        help="comma-separated roles: ingest, query, admin (default ingest,query)",
+        help="comma-separated roles: ingest (send OTLP), query (SQL), metrics (scrape "
+        "/metrics), admin (manage every tenant's tokens over HTTP, and /metrics); "
+        "default ingest,query",
     )
     p.add_argument("--name", default="", help="a label to recognise the token by")
     p.set_defaults(command_path="token create")

@@ -249,6 +249,7 @@ class ServerRuntime:
                 lifespan="off",
                 timeout_graceful_shutdown=max(1, int(self.config.shutdown_timeout_s / 3)),
                 timeout_keep_alive=30,
+                server_header=False,
             )
         )
         # Bind both ports before starting either listener: a taken port is one line
