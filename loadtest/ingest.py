@@ -111,7 +111,11 @@ class ServerProcess:
         )
         log.close()
         if wait:
-            self.wait_ready(timeout)
+            try:
+                self.wait_ready(timeout)
+            except BaseException:
+                self.kill()  # never leave a half-started server behind
+                raise
         return self
 
     def log(self) -> str:
