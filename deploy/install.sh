@@ -89,6 +89,11 @@ if [[ -z "$ROOT" && $DRY_RUN -eq 0 && $EUID -ne 0 ]]; then
     echo "install.sh: run as root (or use --root DIR / --dry-run)" >&2
     exit 2
 fi
+if [[ -z "$ROOT" && $DRY_RUN -eq 0 ]] && ! command -v systemctl >/dev/null 2>&1; then
+    echo "install.sh: systemd is needed to run shoal as a service (no systemctl here);" \
+        "use --root DIR to lay out the files only" >&2
+    exit 2
+fi
 
 java_major() {  # the major version of the java on PATH, or nothing
     command -v java >/dev/null 2>&1 || return 0
@@ -198,7 +203,12 @@ if [[ $NO_SPARK -eq 0 ]]; then
 fi
 
 # 6. Enable and start, or restart after an upgrade. Under --root the systemctl steps are
-# only listed.
+# only listed; on a host where systemd is installed but not running (a chroot, an image
+# build) the units are enabled but nothing is started or reloaded.
+OFFLINE=0
+if [[ -z "$ROOT" && $DRY_RUN -eq 0 && ! -d /run/systemd/system ]]; then
+    OFFLINE=1
+fi
 host() {
     if [[ -n "$ROOT" ]]; then
         echo "= under --root, not run: $*"
@@ -206,20 +216,30 @@ host() {
         run "$@"
     fi
 }
-host systemctl daemon-reload
-if [[ $NO_START -eq 1 ]]; then
-    host systemctl enable shoal.service
-else
-    host systemctl enable --now shoal.service
-    if [[ -n "$BEFORE" ]]; then
-        # an upgrade: a running server picks up the new code (SIGTERM drains and
-        # flushes first); a stopped one stays stopped
-        host systemctl try-restart shoal.service
+live() {  # systemctl actions that need a running systemd
+    if [[ $OFFLINE -eq 1 ]]; then
+        echo "= systemd is not running here, not run: $*"
+    else
+        host "$@"
     fi
+}
+enable() {  # enable (offline too), and start unless --no-start
+    if [[ $NO_START -eq 1 || $OFFLINE -eq 1 ]]; then
+        host systemctl enable "$1"
+    else
+        host systemctl enable --now "$1"
+    fi
+}
+live systemctl daemon-reload
+enable shoal.service
+if [[ -n "$BEFORE" && $NO_START -eq 0 ]]; then
+    # an upgrade: a running server picks up the new code (SIGTERM drains and flushes
+    # first); a stopped one stays stopped
+    live systemctl try-restart shoal.service
 fi
 if [[ $NO_SPARK -eq 0 ]]; then
     for job in "${JOBS[@]}"; do
-        host systemctl enable --now "shoal-$job.timer"
+        enable "shoal-$job.timer"
     done
 fi
 
@@ -227,7 +247,7 @@ fi
 echo
 if [[ -n "$BEFORE" ]]; then
     echo "shoal upgraded in place: $BEFORE -> ${AFTER:-?} in $VENV${ROOT:+ (under $ROOT)}"
-    if [[ -z "$ROOT" && $NO_START -eq 0 ]]; then
+    if [[ -z "$ROOT" && $NO_START -eq 0 && $OFFLINE -eq 0 ]]; then
         echo "  shoal.service restarted if it was running: journalctl -u shoal -n 20"
     fi
 else
