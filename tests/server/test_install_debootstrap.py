@@ -114,7 +114,8 @@ def test_install_on_a_clean_debian_root(debian_root: Path, children: Track) -> N
         "SHOAL_HTTP_PORT": str(http),
         "SHOAL_GRPC_PORT": str(grpc),
     }
-    command = ["chroot", "--userspec=shoal:shoal", str(root), "/opt/shoal/venv/bin/shoal"]
+    chroot = shutil.which("chroot") or "/usr/sbin/chroot"
+    command = [chroot, "--userspec=shoal:shoal", str(root), "/opt/shoal/venv/bin/shoal"]
     log_path = root.parent / f"{suite}-server.log"
     with log_path.open("wb") as log:
         server = children(
