@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,18 @@ def test_help_and_flags_say_what_commands_do() -> None:
         done = _shoal(command, "--master", "local[1]")
         assert done.returncode == 2 and b"unrecognized arguments: --master" in done.stderr
     assert b"--master" in _shoal("compact", "--help").stdout
+
+
+def test_sql_format_arrow_refuses_a_terminal(busy: ServerProcess) -> None:
+    primary, secondary = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "shoal.cli", "sql", "--url", busy.url, "--format", "arrow",
+             "SELECT 1"],
+            stdout=secondary, stderr=subprocess.PIPE, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(secondary)
+        os.close(primary)
+    assert done.returncode == 2
+    assert b"binary Arrow IPC stream; redirect it" in done.stderr
