@@ -2,10 +2,12 @@
 
     python -m loadtest.footprint --venv .venv --duration 60
 
-Starts ``<venv>/bin/shoal serve`` on free ports with a temporary data dir, samples
-its RSS once ready and idle, then while ``python -m loadtest ingest`` sends OTLP
-and ``--query-threads`` clients run an aggregation over the ingested metrics in a
-loop, and prints the virtualenv's size, the idle RSS and the peak RSS.
+Starts ``<venv>/bin/shoal serve`` on free ports with a temporary data dir and
+samples its RSS once ready and idle; writes some metrics, logs and spans, restarts it
+(tables on disk) and samples again, idle and after one query per table; then, while
+``python -m loadtest ingest`` sends OTLP and ``--query-threads`` clients run an
+aggregation over the metrics in a loop, samples the peak. Prints the virtualenv's
+size and each figure.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from loadtest.ingest import ServerProcess
+from loadtest import payloads
+from loadtest.ingest import BASE_NS, ServerProcess
 
 QUERY = (
     "SELECT metric_name, service_name, count(*), avg(value), max(timestamp) "
@@ -37,6 +40,26 @@ def dir_size(path: Path) -> int:
             if not p.is_symlink():
                 total += p.stat().st_size
     return total
+
+
+def _post(url: str, body: bytes) -> None:
+    req = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": "application/x-protobuf"}
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        resp.read()
+
+
+def _populate(url: str, requests: int = 20) -> None:
+    """Some rows in each of the three tables."""
+    for i in range(requests):
+        start = BASE_NS + i
+        _post(url + "/v1/metrics", payloads.metrics_request(
+            points=1000, series=200, start_ns=start).SerializeToString())  # fmt: skip
+        _post(url + "/v1/logs", payloads.logs_request(
+            records=500, series=20, start_ns=start).SerializeToString())  # fmt: skip
+        _post(url + "/v1/traces", payloads.traces_request(
+            spans=500, series=20, start_ns=start).SerializeToString())  # fmt: skip
 
 
 def _query_loop(url: str, stop: threading.Event, errors: list[str]) -> None:
@@ -63,14 +86,28 @@ def main(argv: list[str] | None = None) -> int:
     venv = Path(args.venv).resolve()
     print(f"virtualenv {venv}: {dir_size(venv) / MiB:.0f} MiB")
     with tempfile.TemporaryDirectory(prefix="shoal-footprint-") as tmp:
-        server = ServerProcess(
-            Path(tmp) / "data", env={"SHOAL_LOG_LEVEL": "warning"}, shoal=venv / "bin" / "shoal"
-        )
-        server.start()
+
+        def start() -> ServerProcess:
+            return ServerProcess(
+                Path(tmp) / "data", env={"SHOAL_LOG_LEVEL": "warning"}, shoal=venv / "bin" / "shoal"
+            ).start()
+
+        server = start()
         try:
             time.sleep(args.idle)
+            print(f"idle RSS after {args.idle:g} s, empty data dir: {server.rss() / MiB:.0f} MiB")
+            _populate(server.url)
+        finally:
+            server.terminate()
+        server = start()
+        try:
+            time.sleep(args.idle)
+            print(f"idle RSS, tables on disk: {server.rss() / MiB:.0f} MiB")
+            for table in ("metrics", "logs", "spans"):
+                _post(server.url + "/api/v1/sql", f"SELECT count(*) FROM {table}".encode())
+            time.sleep(args.idle)
             idle = server.rss()
-            print(f"idle RSS after {args.idle:g} s: {idle / MiB:.0f} MiB")
+            print(f"idle RSS after one query per table: {idle / MiB:.0f} MiB")
             load = subprocess.Popen(
                 [sys.executable, "-m", "loadtest", "ingest", "--url", server.url,
                  "--duration", str(args.duration), "--workers", str(args.workers)],

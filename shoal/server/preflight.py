@@ -34,8 +34,8 @@ logger = logging.getLogger(__name__)
 MiB = 1024 * 1024
 
 BASELINE_RSS_BYTES = 450 * MiB
-"""Resident memory of an idle server with its tables open (measured 390-420 MiB,
-docs/benchmarks.md "Footprint"), rounded up."""
+"""Resident memory of an idle server with its tables open (measured 160-250 MiB,
+docs/benchmarks.md "Footprint"), with room for more tables and allocator slack."""
 
 SNAPSHOT_LIMIT_FLUSHES = 3
 """Ingest is refused (retryably) while the snapshot holds more than this many
