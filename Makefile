@@ -2,29 +2,40 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+LOCK   := requirements.lock
+# One stamp per set of extras, keyed on pyproject.toml and the lock file: `make serve`
+# installs only what the server runs; the test and Spark extras come with `make test`.
+HASH   := $(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
+SERVE_STAMP := $(VENV)/.installed-serve-$(HASH)
+STAMP  := $(VENV)/.installed-dev-$(HASH)
 PYTEST := $(BIN)/python -m pytest
+PIP    := $(BIN)/python -m pip install --quiet --constraint $(LOCK)
 
-.PHONY: serve test test-fast test-slow test-spark test-all lint typecheck check \
+.PHONY: serve test test-fast test-slow test-spark test-all lint typecheck check lock \
         bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-storm bench-pipeline \
         bench-pg bench-promql clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,spark]'
-	rm -f $(VENV)/.installed-*
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(SERVE_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
+	$(PIP) -e .
+	touch $(SERVE_STAMP)
+
+$(STAMP): pyproject.toml $(LOCK) | $(BIN)/python
+	$(PIP) -e '.[dev,spark]'
+	touch $(STAMP) $(SERVE_STAMP)
 
 BENCH_STAMP := $(STAMP)-bench
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,spark,bench]'
+	$(PIP) -e '.[dev,spark,bench]'
 	touch $(BENCH_STAMP)
 
 venv: $(STAMP)
 
 ## Run the server on the embedded default (./shoal-data, loopback, no tokens).
-serve: $(STAMP)
+serve: $(SERVE_STAMP)
 	$(BIN)/shoal serve
 
 ## The default test suite (CI runs exactly this): lint, types, every test but the
@@ -89,6 +100,15 @@ bench-pipeline: $(BENCH_STAMP)
 # needs Debian's prometheus (apt-get install prometheus); --series/--hours to scale
 bench-promql: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_promql $(BENCH_PROMQL_ARGS)
+
+## Re-resolve requirements.lock from pyproject.toml's ranges (every extra, every
+## supported Python), keeping the locked versions that still fit; `make lock
+## UPGRADE=1` moves everything to the newest versions the ranges allow.
+lock: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet 'uv>=0.13,<0.14'
+	$(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 \
+	    --extra dev --extra spark --extra bench --no-header --annotation-style line \
+	    $(if $(UPGRADE),--upgrade) -o $(LOCK)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Install shoal on a fresh Debian or Ubuntu host:
+# Install or upgrade shoal on a Debian or Ubuntu host:
 #   - a system user `shoal` owning /var/lib/shoal (the data dir)
-#   - a venv under /opt/shoal/venv with shoal installed from this source tree
+#   - a venv under /opt/shoal/venv with shoal installed from this source tree, its
+#     dependencies at the versions in requirements.lock
 #   - config in /etc/shoal (shoal.toml, shoal.env), never overwritten once present
 #   - systemd/shoal.service installed, enabled and started
-#   - the Spark maintenance jobs: Java 17, the [spark] extra, and the compaction,
-#     retention and rollup units with their timers (enabled), unless --no-spark
+#   - the Spark maintenance jobs: Java (17 or 21, whichever the distribution has), the
+#     [spark] extra, and the compaction, retention and rollup units with their timers
+#     (enabled), unless --no-spark
+# Run again from a newer source tree, it upgrades in place: the venv's packages, the
+# units (config is kept), then restarts the running service.
 #
 # Usage: sudo deploy/install.sh [--root DIR] [--dry-run] [--no-deps] [--no-start]
 #                               [--no-spark] [--python PYTHON] [--source DIR]
@@ -16,7 +20,7 @@
 #                 come from elsewhere); mostly for tests
 #   --no-start    enable the unit but do not start it
 #   --no-spark    no Java, no [spark] extra, no maintenance timers (ingest and query only)
-#   --python P    interpreter for the venv (default python3, 3.11 or 3.12)
+#   --python P    interpreter for the venv (default python3; 3.11 to 3.14)
 #   --source DIR  the shoal source tree (default: the tree this script is in)
 set -euo pipefail
 
@@ -37,7 +41,7 @@ while [[ $# -gt 0 ]]; do
         --no-spark) NO_SPARK=1; shift ;;
         --python) PYTHON="$2"; shift 2 ;;
         --source) SOURCE="$2"; shift 2 ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -48,6 +52,7 @@ ETC="$ROOT/etc/shoal"
 DATA="$ROOT/var/lib/shoal"
 UNIT_DIR="$ROOT/etc/systemd/system"
 JOBS=(compact retention rollup)
+LOCK="$SOURCE/requirements.lock"
 PACKAGE="$SOURCE"
 if [[ $NO_SPARK -eq 0 ]]; then
     PACKAGE="$SOURCE[spark]"
@@ -84,13 +89,46 @@ if [[ -z "$ROOT" && $DRY_RUN -eq 0 && $EUID -ne 0 ]]; then
     echo "install.sh: run as root (or use --root DIR / --dry-run)" >&2
     exit 2
 fi
+if [[ -z "$ROOT" && $DRY_RUN -eq 0 ]] && ! command -v systemctl >/dev/null 2>&1; then
+    echo "install.sh: systemd is needed to run shoal as a service (no systemctl here);" \
+        "use --root DIR to lay out the files only" >&2
+    exit 2
+fi
+
+java_major() {  # the major version of the java on PATH, or nothing
+    command -v java >/dev/null 2>&1 || return 0
+    java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1
+}
+
+pick_jre() {  # the first of OpenJDK 21 and 17 the distribution offers
+    local pkg candidate
+    for pkg in openjdk-21-jre-headless openjdk-17-jre-headless; do
+        candidate="$(apt-cache policy "$pkg" 2>/dev/null | sed -n 's/^ *Candidate: *//p')"
+        if [[ -n "$candidate" && "$candidate" != "(none)" ]]; then
+            echo "$pkg"
+            return
+        fi
+    done
+    [[ $DRY_RUN -eq 1 ]] && echo "openjdk-21-jre-headless|openjdk-17-jre-headless"
+}
 
 # 1. System packages (a real host only).
 if [[ -z "$ROOT" ]]; then
     run apt-get update -q
     PACKAGES=(python3 python3-venv python3-pip)
     if [[ $NO_SPARK -eq 0 ]]; then
-        PACKAGES+=(openjdk-17-jre-headless)
+        case "$(java_major)" in
+            17|21) echo "= java $(java_major) is installed" ;;
+            *)
+                JRE="$(pick_jre)"
+                if [[ -z "$JRE" ]]; then
+                    echo "install.sh: neither openjdk-21-jre-headless nor openjdk-17-jre-headless" \
+                        "is available; install Java 17 or 21, or pass --no-spark" >&2
+                    exit 2
+                fi
+                PACKAGES+=("$JRE")
+                ;;
+        esac
     fi
     run env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${PACKAGES[@]}"
 fi
@@ -106,16 +144,30 @@ if [[ -z "$ROOT" ]]; then
 fi
 
 # 3. The venv and shoal itself.
+if [[ $DRY_RUN -eq 0 ]]; then
+    if ! "$PYTHON" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 14))'; then
+        echo "install.sh: $PYTHON is not Python 3.11 to 3.14; pass --python" >&2
+        exit 2
+    fi
+fi
+installed_version() {
+    [[ -x "$VENV/bin/python" ]] || return 0
+    "$VENV/bin/python" -c 'from importlib import metadata as m; print(m.version("shoal"))' \
+        2>/dev/null || true
+}
+BEFORE="$(installed_version)"
 run install -d -m 0755 "$PREFIX"
 if [[ ! -x "$VENV/bin/python" ]]; then
     run "$PYTHON" -m venv "$VENV"
 fi
-if [[ $NO_DEPS -eq 1 ]]; then
-    run "$VENV/bin/pip" install --quiet --no-deps "$SOURCE"
-else
-    run "$VENV/bin/pip" install --quiet --upgrade pip
-    run "$VENV/bin/pip" install --quiet "$PACKAGE"
+if [[ $NO_DEPS -eq 0 ]]; then
+    run "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    # dependencies at the locked versions (added, upgraded or downgraded to match)
+    run "$VENV/bin/python" -m pip install --quiet --constraint "$LOCK" "$PACKAGE"
 fi
+# shoal itself, rebuilt from this tree even when its version number did not change
+run "$VENV/bin/python" -m pip install --quiet --no-deps --force-reinstall "$SOURCE"
+AFTER="$(installed_version)"
 run install -d -m 0755 "$PREFIX/src/docs"
 run cp -r "$SOURCE/docs/." "$PREFIX/src/docs/"
 
@@ -151,21 +203,63 @@ if [[ $NO_SPARK -eq 0 ]]; then
     done
 fi
 
-# 6. Enable and start (a real host only).
-if [[ -z "$ROOT" ]]; then
-    run systemctl daemon-reload
-    if [[ $NO_START -eq 1 ]]; then
-        run systemctl enable shoal.service
+# 6. Enable and start, or restart after an upgrade. Under --root the systemctl steps are
+# only listed; on a host where systemd is installed but not running (a chroot, an image
+# build) the units are enabled but nothing is started or reloaded.
+OFFLINE=0
+if [[ -z "$ROOT" && $DRY_RUN -eq 0 && ! -d /run/systemd/system ]]; then
+    OFFLINE=1
+fi
+host() {
+    if [[ -n "$ROOT" ]]; then
+        echo "= under --root, not run: $*"
     else
-        run systemctl enable --now shoal.service
+        run "$@"
     fi
-    if [[ $NO_SPARK -eq 0 ]]; then
-        for job in "${JOBS[@]}"; do
-            run systemctl enable --now "shoal-$job.timer"
-        done
+}
+live() {  # systemctl actions that need a running systemd
+    if [[ $OFFLINE -eq 1 ]]; then
+        echo "= systemd is not running here, not run: $*"
+    else
+        host "$@"
     fi
-    echo "shoal installed. Create an ingest token with:"
-    echo "  sudo -u shoal SHOAL_DATA_DIR=/var/lib/shoal $VENV/bin/shoal token create --tenant NAME"
+}
+enable() {  # enable (offline too), and start unless --no-start
+    if [[ $NO_START -eq 1 || $OFFLINE -eq 1 ]]; then
+        host systemctl enable "$1"
+    else
+        host systemctl enable --now "$1"
+    fi
+}
+live systemctl daemon-reload
+enable shoal.service
+if [[ -n "$BEFORE" && $NO_START -eq 0 ]]; then
+    # an upgrade: a running server picks up the new code (SIGTERM drains and flushes
+    # first); a stopped one stays stopped
+    live systemctl try-restart shoal.service
+fi
+if [[ $NO_SPARK -eq 0 ]]; then
+    for job in "${JOBS[@]}"; do
+        enable "shoal-$job.timer"
+    done
+fi
+
+# 7. What happened and what next.
+echo
+if [[ -n "$BEFORE" ]]; then
+    echo "shoal upgraded in place: $BEFORE -> ${AFTER:-?} in $VENV${ROOT:+ (under $ROOT)}"
+    if [[ -z "$ROOT" && $NO_START -eq 0 && $OFFLINE -eq 0 ]]; then
+        echo "  shoal.service restarted if it was running: journalctl -u shoal -n 20"
+    fi
 else
-    echo "shoal installed under $ROOT"
+    echo "shoal${AFTER:+ $AFTER} installed in $VENV${ROOT:+ (under $ROOT)}"
+    echo "Next steps:"
+    echo "  1. settings: $ETC/shoal.toml (every key in $PREFIX/src/docs/configuration.md)"
+    echo "  2. a token for senders and queries of a tenant (both roles; printed once):"
+    echo "       sudo -u shoal $VENV/bin/shoal token create --data-dir /var/lib/shoal \\"
+    echo "           --tenant NAME --role ingest,query"
+    echo "     and one for Prometheus scrapes of /metrics and the token API:"
+    echo "       sudo -u shoal $VENV/bin/shoal token create --data-dir /var/lib/shoal \\"
+    echo "           --tenant NAME --role admin"
+    echo "  3. check it: curl -s http://127.0.0.1:4318/readyz ; journalctl -u shoal -n 20"
 fi

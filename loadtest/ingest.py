@@ -76,8 +76,11 @@ class ServerProcess:
         grpc_port: int | None = None,
         log_path: Path | None = None,
         pg_port: int | None = None,
+        shoal: Path | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        # the ``shoal`` entry point beside the interpreter running this code
+        self.shoal = shoal or Path(sys.executable).with_name("shoal")
         self.http_port = http_port or free_port()
         self.grpc_port = grpc_port or free_port()
         self.pg_port = pg_port or free_port()
@@ -105,14 +108,17 @@ class ServerProcess:
             }
         )
         env.update(self.extra_env)
-        shoal = Path(sys.executable).with_name("shoal")
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [str(shoal), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
+            [str(self.shoal), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
         )
         log.close()
         if wait:
-            self.wait_ready(timeout)
+            try:
+                self.wait_ready(timeout)
+            except BaseException:
+                self.kill()  # never leave a half-started server behind
+                raise
         return self
 
     def log(self) -> str:

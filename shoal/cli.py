@@ -34,6 +34,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+QUIET_LOGGERS = ("httpx", "httpcore", "py4j")
+"""Loggers held at WARNING unless ``--verbose``."""
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML config file (settings as keys)")
     p.add_argument("--data-dir", dest="data_dir", help="data directory (SHOAL_DATA_DIR)")
@@ -80,9 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant", default="default", help="tenant for --local")
     p.add_argument(
         "--format",
-        choices=["table", "json", "csv", "ndjson"],
+        choices=["table", "json", "csv", "ndjson", "arrow"],
         default="table",
-        help="output format",
+        help="output format (arrow: an Arrow IPC stream, binary; redirect it to a file)",
     )
     p.set_defaults(command_path="sql")
 
@@ -95,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--role",
         default="ingest,query",
-        help="comma-separated roles: ingest, query, admin (default ingest,query)",
+        help="comma-separated roles: ingest (send OTLP), query (SQL), metrics (scrape "
+        "/metrics), admin (manage every tenant's tokens over HTTP, and /metrics); "
+        "default ingest,query",
     )
     p.add_argument("--name", default="", help="a label to recognise the token by")
     p.set_defaults(command_path="token create")
@@ -107,27 +113,56 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("token_id")
     p.set_defaults(command_path="token revoke")
 
-    p = sub.add_parser("import", help="append Parquet files to a table (backfill)")
+    p = sub.add_parser(
+        "import",
+        help="append Parquet files to a table (backfill)",
+        description="Append Parquet files to a tenant's table in one commit. Files whose "
+        "time buckets the table already holds are refused unless --allow-overlap.",
+    )
     _add_common(p)
-    _add_spark(p)
-    p.add_argument("files", nargs="+", metavar="FILE")
-    p.add_argument("--tenant", required=True)
-    p.add_argument("--table", required=True)
-    p.add_argument("--time-column", dest="time_column", default=None)
+    p.add_argument(
+        "files", nargs="+", metavar="FILE", help="Parquet files with the table's columns"
+    )
+    p.add_argument("--tenant", required=True, help="the tenant whose table receives the rows")
+    p.add_argument(
+        "--table",
+        required=True,
+        help="metrics, logs, spans, or a new table's name (created from the first file)",
+    )
+    p.add_argument(
+        "--time-column",
+        dest="time_column",
+        default=None,
+        help="required for a new table: its timestamp column (hourly partitions, "
+        "coverage); metrics, logs and spans use their own",
+    )
     p.add_argument(
         "--allow-overlap",
         dest="allow_overlap",
         action="store_true",
         help="accept files whose time buckets the table already covers",
     )
-    p.add_argument("--engine", choices=["local", "spark"], default="local")
+    p.add_argument(
+        "--engine",
+        choices=["local", "spark"],
+        default="local",
+        help="local: this process (default); spark: a Spark job (large backfills)",
+    )
+    p.add_argument("--master", help="Spark master URL with --engine spark (default: spark_master)")
     p.set_defaults(command_path="import")
 
     wal = sub.add_parser("wal", help="write-ahead log tools").add_subparsers(
         dest="wal_command", required=True, metavar="ACTION"
     )
     p = wal.add_parser("verify", help="check every WAL segment; exit 1 if any is damaged")
-    p.add_argument("directory", help="a WAL directory (shoal-data/wal) or a data dir")
+    _add_common(p)
+    p.add_argument(
+        "directory",
+        nargs="?",
+        default=None,
+        help="a WAL directory (shoal-data/wal) or a data dir (default: the data_dir "
+        "setting's wal/)",
+    )
     p.set_defaults(command_path="wal verify")
 
     table = sub.add_parser("table", help="table tools").add_subparsers(
@@ -148,15 +183,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--series", default=None)
     p.set_defaults(command_path="table coverage")
 
-    for name, helptext in (
-        ("compact", "merge small files per hour (Spark)"),
-        ("retention", "drop partitions past the retention (Spark)"),
-        ("rollup", "downsample metrics into metrics_1m and metrics_1h (Spark)"),
-        ("vacuum", "delete files removed from tables longer ago than the vacuum window"),
+    for name, helptext, spark in (
+        ("compact", "merge small files per hour (Spark)", True),
+        ("retention", "drop hours past the retention (metadata only, no Spark)", False),
+        ("rollup", "downsample metrics into metrics_1m and metrics_1h (Spark)", True),
+        ("vacuum", "delete files removed from tables longer ago than the vacuum window", False),
     ):
         p = sub.add_parser(name, help=helptext)
         _add_common(p)
-        _add_spark(p)
+        if spark:
+            _add_spark(p)
         p.add_argument("--tenant", default=None, help="one tenant (default: all)")
         p.add_argument("--table", default=None, help="one table (default: all that apply)")
         if name == "compact":
@@ -180,6 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # client libraries log every request and connection at INFO
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
     module_name, func_name = _COMMANDS[args.command_path]
     module = importlib.import_module(f"shoal.commands.{module_name}")
     try:

@@ -158,6 +158,14 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds SIGTERM waits for the queue to drain and the final flush.",
     ),
     Setting(
+        "memory_limit_bytes",
+        0,
+        _parse_size,
+        "Memory the server may use; 0 takes the cgroup limit (systemd MemoryMax=). At start "
+        "the limits below must fit in it (docs/operations.md, Memory); while serving, a query "
+        "that one more query_memory_bytes would take over it is refused (503, retryable).",
+    ),
+    Setting(
         "event_loop",
         "uvloop",
         _choice("uvloop", "asyncio"),
@@ -283,13 +291,6 @@ SETTINGS: tuple[Setting, ...] = (
         _parse_non_negative_int,
         "Most queries one tenant runs at once; 0 means query_max_concurrency - 1 (at least "
         "1), so one tenant's stuck queries always leave a slot to the others.",
-    ),
-    Setting(
-        "memory_limit_bytes",
-        0,
-        _parse_size,
-        "Memory budget of the process; new queries wait when one more query_memory_bytes "
-        "would not fit. 0 means the limit of the cgroup the server runs in (MemoryMax=).",
     ),
     Setting(
         "promql_max_samples",

@@ -14,6 +14,13 @@ class ConfigError(ShoalError):
     """A setting has a bad value, or the config file is unreadable."""
 
 
+class StartupError(ConfigError):
+    """The settings do not fit this host: a port is taken, or the memory budget is too big.
+
+    Like every ConfigError it exits 2, which the systemd unit does not restart on.
+    """
+
+
 # -- write-ahead log ---------------------------------------------------------
 
 

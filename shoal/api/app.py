@@ -1,7 +1,11 @@
-"""The FastAPI application: OTLP/HTTP, the Prometheus API, health, self-metrics and SQL.
+"""The FastAPI application: OTLP/HTTP, the Prometheus API, health, self-metrics, tokens
+and SQL.
+
+What answers without a token is only ``/healthz`` and ``/readyz`` (no tenant, path or
+version in them); ``/metrics`` needs the ``metrics`` or ``admin`` role once tokens exist.
 
 The app is built from plain objects the server hands in (:class:`AppServices`);
-it knows nothing of the WAL, the snapshot or Prometheus.
+it knows nothing of the WAL, the snapshot or prometheus_client.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from shoal.api import otlp_http, prometheus
+from shoal.api import otlp_http, prometheus, tokens
 from shoal.api.auth import Authenticator
 from shoal.api.ingest import IngestHandler
 from shoal.api.status import classify
@@ -59,15 +63,19 @@ def create_app(services: AppServices) -> FastAPI:
     app.state.query_service = services.query_service
     app.include_router(otlp_http.router)
     app.include_router(prometheus.router)
+    app.include_router(tokens.router)
 
     @app.exception_handler(ShoalError)
     async def shoal_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ShoalError)
         status = _error_status(exc, services.retry_after_s)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        message = str(exc)
         if status >= 500:
             logger.error("%s %s failed: %s", request.method, request.url.path, exc)
-        return JSONResponse({"error": str(exc)}, status_code=status, headers=headers)
+            if status == 500:  # paths and internals stay in the log
+                message = "internal error; the server log has the details"
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> Response:
@@ -80,7 +88,9 @@ def create_app(services: AppServices) -> FastAPI:
         return PlainTextResponse("not ready\n", status_code=503)
 
     @app.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        # tenant names and volumes: a scrape needs a metrics (or admin) token
+        services.authenticator.check(request.headers.get("authorization"), "metrics")
         body, content_type = services.metrics_exposition()
         return Response(body, media_type=content_type)
 

@@ -10,13 +10,19 @@ The token alone decides the tenant. With no tokens configured and anonymous
 access allowed (a loopback bind, or ``--insecure``), a request without a token
 acts as tenant ``default`` with every role. Once any token exists, every
 request needs one.
+
+Roles: ``ingest`` sends OTLP, ``query`` runs SQL, ``metrics`` reads ``/metrics``
+(a Prometheus scrape), ``admin`` manages every tenant's tokens over HTTP and
+reads ``/metrics`` too: it is an operator's role, not a tenant's.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import datetime as dt
+import fcntl
 import hashlib
 import hmac
 import json
@@ -25,7 +31,7 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +41,9 @@ from shoal.errors import AuthError, ConfigError, PermissionDeniedError
 
 logger = logging.getLogger(__name__)
 
-ROLES = frozenset({"ingest", "query", "admin"})
+ROLES = frozenset({"ingest", "query", "metrics", "admin"})
+IMPLIED_ROLES: dict[str, frozenset[str]] = {"admin": frozenset({"metrics"})}
+"""Roles a role grants besides itself."""
 DEFAULT_TENANT = "default"
 _TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _TOKEN_RE = re.compile(r"^shoal_([0-9a-f]{8})_([A-Za-z0-9_-]{43})$")
@@ -49,7 +57,9 @@ class Principal:
     roles: frozenset[str]
 
     def require(self, role: str) -> Principal:
-        if role not in self.roles:
+        if role not in self.roles and not any(
+            role in IMPLIED_ROLES.get(held, ()) for held in self.roles
+        ):
             raise PermissionDeniedError(f"this token lacks the {role!r} role")
         return self
 
@@ -112,11 +122,40 @@ def _hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode("ascii")).hexdigest()
 
 
+def first_token_note(tenant: str) -> str:
+    """What an operator must know when the first token is created: anonymous access ends."""
+    note = (
+        "this is the first token: from now on every request needs a token, and requests "
+        f"without one no longer act as tenant {DEFAULT_TENANT!r}"
+    )
+    if tenant != DEFAULT_TENANT:
+        note += (
+            f"; data sent so far without a token belongs to tenant {DEFAULT_TENANT!r} and "
+            f"stays readable only with a token for it (shoal token create --tenant "
+            f"{DEFAULT_TENANT} --role query)"
+        )
+    return note
+
+
 class TokenStore:
     """The token file: read, create, revoke. Writes are atomic (temp file + rename)."""
 
+    _process_lock = threading.Lock()
+
     def __init__(self, data_dir: str | os.PathLike[str]) -> None:
         self.path = Path(data_dir) / "auth" / "tokens.json"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One writer at a time: threads of this process, and other processes (the CLI)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with self._process_lock:
+            fd = os.open(self.path.parent / "tokens.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)
 
     def load(self) -> list[TokenRecord]:
         try:
@@ -149,6 +188,10 @@ class TokenStore:
         """Create a token; returns the token text (shown once) and its stored record."""
         validate_tenant(tenant)
         roles = parse_roles(roles)
+        with self._locked():
+            return self._create(tenant, roles, name)
+
+    def _create(self, tenant: str, roles: frozenset[str], name: str) -> tuple[str, TokenRecord]:
         records = self.load()
         taken = {r.id for r in records}
         token_id = secrets.token_hex(4)
@@ -167,7 +210,13 @@ class TokenStore:
         return f"shoal_{token_id}_{secret}", record
 
     def revoke(self, token_id: str) -> bool:
+        with self._locked():
+            return self._revoke(token_id)
+
+    def _revoke(self, token_id: str) -> bool:
         records = self.load()
+        if not any(r.id == token_id for r in records):
+            return False
         kept = [r for r in records if r.id != token_id]
         if len(kept) == len(records):
             return False
@@ -188,6 +237,7 @@ class Authenticator:
         self._lock = threading.Lock()
         self._stamp: tuple[int, int] | None = None
         self._by_id: dict[str, TokenRecord] = {}
+        self._damaged = False
         self._reload()
 
     def _file_stamp(self) -> tuple[int, int] | None:
@@ -202,7 +252,16 @@ class Authenticator:
         with self._lock:
             if stamp == self._stamp and (stamp is not None or not self._by_id):
                 return
-            records = self._store.load() if stamp is not None else []
+            try:
+                records = self._store.load() if stamp is not None else []
+            except ConfigError as exc:
+                # Fail closed, and keep the path and the cause out of client answers.
+                if not self._damaged:
+                    logger.error("refusing every token until it is fixed: %s", exc)
+                self._damaged = True
+                self._stamp = stamp
+                return
+            self._damaged = False
             self._by_id = {r.id: r for r in records}
             self._stamp = stamp
             logger.info("loaded %d token(s) from %s", len(records), self._store.path)
@@ -210,11 +269,17 @@ class Authenticator:
     @property
     def has_tokens(self) -> bool:
         self._reload()
-        return bool(self._by_id)
+        return bool(self._by_id) or self._damaged
+
+    @property
+    def store(self) -> TokenStore:
+        return self._store
 
     def authenticate(self, authorization: str | None) -> Principal:
         """The principal for a header value; raises :class:`AuthError`."""
         self._reload()
+        if self._damaged:
+            raise AuthError("the server cannot read its tokens; its log says why")
         if not authorization:
             if not self._by_id and self._allow_anonymous:
                 return Principal(DEFAULT_TENANT, ROLES)

@@ -29,14 +29,24 @@ _PROTOBUF_TYPES = {PROTOBUF, "application/protobuf", "application/vnd.google.pro
 router = APIRouter()
 
 
+def _media(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+def _answers_json(request: Request) -> bool:
+    """Errors are protobuf only for a protobuf request; anything else (JSON, curl's
+    form-encoded default, no content type) gets the JSON encoding of the same Status."""
+    return _media(request) not in _PROTOBUF_TYPES
+
+
 def _content_kind(request: Request) -> bool:
     """True for JSON, False for protobuf; raises for anything else."""
-    raw = request.headers.get("content-type", "")
-    media = raw.split(";", 1)[0].strip().lower()
+    media = _media(request)
     if media in _PROTOBUF_TYPES:
         return False
     if media == JSON:
         return True
+    raw = request.headers.get("content-type", "")
     raise UnsupportedMediaTypeError(f"unsupported content type {raw!r}: send {PROTOBUF} or {JSON}")
 
 
@@ -83,12 +93,13 @@ async def _export(request: Request, signal: str) -> Response:
     ingest: IngestHandler = request.app.state.ingest
     authenticator: Authenticator = request.app.state.authenticator
     max_body: int = request.app.state.max_body_bytes
-    json = False
+    json = _answers_json(request)
     tenant = "-"
     try:
-        json = _content_kind(request)
+        # who is asking comes first: nothing about the request is judged before that
         principal = authenticator.check(request.headers.get("authorization"), "ingest")
         tenant = principal.tenant
+        json = _content_kind(request)
         ingest.sink.check_admission()
         body = await read_body(request, max_body)
         outcome = await ingest.ingest(tenant, signal, body, json)

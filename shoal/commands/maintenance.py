@@ -4,6 +4,9 @@ Each runs over every tenant and applicable table unless ``--tenant`` /
 ``--table`` narrow it, prints one line per table, and exits 0 when every
 table succeeded, 1 when a job gave up on a table after repeated commit
 conflicts (the others still ran). Spark starts only when there is work for it.
+
+Progress goes to standard error (``[2/5] acme/metrics: compacting...`` before each
+table, and how long it took after); results go to standard output.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -46,11 +51,18 @@ def _parse_time(text: str | None, flag: str) -> int | None:
     return int(value.timestamp() * 1_000_000)
 
 
-def _each(tables: list[Table], run: Callable[[Table], str]) -> int:
+def progress(step: int, total: int, what: str) -> None:
+    sys.stderr.write(f"[{step}/{total}] {what}\n")
+    sys.stderr.flush()
+
+
+def _each(tables: list[Table], run: Callable[[Table], str], verb: str) -> int:
     status = 0
-    for table in tables:
+    for step, table in enumerate(tables, 1):
+        progress(step, len(tables), f"{table.label}: {verb}...")
+        started = time.monotonic()
         try:
-            print(run(table), flush=True)
+            print(f"{run(table)} ({time.monotonic() - started:.1f} s)", flush=True)
         except JobConflictError as exc:
             logger.error("%s", exc)
             status = 1
@@ -93,7 +105,7 @@ def compact(args: argparse.Namespace) -> int:
                 f"{r.files_removed} files -> {r.files_added}, {r.rows} rows"
             )
 
-        return _each(todo, run)
+        return _each(todo, run, "compacting")
     finally:
         spark.stop()
 
@@ -114,7 +126,7 @@ def retention(args: argparse.Namespace) -> int:
             f"{r.rows_removed} rows before {cutoff} ({r.retention_days} days)"
         )
 
-    return _each(_tables(open_store(cfg), args), run)
+    return _each(_tables(open_store(cfg), args), run, "dropping expired hours")
 
 
 def rollup(args: argparse.Namespace) -> int:
@@ -140,7 +152,8 @@ def rollup(args: argparse.Namespace) -> int:
     spark = create_session(cfg, args.master, app_name="shoal-rollup")
     status = 0
     try:
-        for tenant in tenants:
+        for step, tenant in enumerate(tenants, 1):
+            progress(step, len(tenants), f"tenant {tenant}: rolling up metrics...")
             try:
                 results = rollup_tenant(spark, store, tenant, cfg, only=only)
             except JobConflictError as exc:
@@ -169,4 +182,4 @@ def vacuum(args: argparse.Namespace) -> int:
         deleted = table.vacuum(hours)
         return f"{table.label}: deleted {len(deleted)} files older than {hours:g} h"
 
-    return _each(_tables(open_store(cfg), args), run)
+    return _each(_tables(open_store(cfg), args), run, "deleting removed files")

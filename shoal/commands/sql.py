@@ -13,7 +13,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import httpx
 import pyarrow as pa
@@ -56,6 +56,18 @@ def print_table(table: pa.Table, out: TextIO, max_width: int = 60) -> None:
     out.write(f"({table.num_rows} row{'s' if table.num_rows != 1 else ''})\n")
 
 
+def _binary_stdout() -> BinaryIO | None:
+    """Standard output for Arrow bytes; None (after saying why) when it is a terminal."""
+    if sys.stdout.isatty():
+        sys.stderr.write(
+            "shoal: error: --format arrow writes a binary Arrow IPC stream; redirect it "
+            "to a file or a pipe\n"
+        )
+        return None
+    sys.stdout.flush()
+    return sys.stdout.buffer
+
+
 def _remote(config: Config, args: argparse.Namespace, sql: str) -> int:
     url = str(args.url or config.url).rstrip("/") + "/api/v1/sql"
     token = args.token or config.token
@@ -63,6 +75,9 @@ def _remote(config: Config, args: argparse.Namespace, sql: str) -> int:
     if token:
         headers["Authorization"] = f"Bearer {token}"
     fmt = "arrow" if args.format == "table" else args.format
+    out = _binary_stdout() if args.format == "arrow" else None
+    if args.format == "arrow" and out is None:
+        return 2
     timeout = float(config.query_timeout_s) + 10.0
     try:
         response = httpx.post(
@@ -78,6 +93,10 @@ def _remote(config: Config, args: argparse.Namespace, sql: str) -> int:
             message = response.text
         sys.stderr.write(f"shoal: error: {response.status_code}: {message}\n")
         return 1
+    if out is not None:
+        out.write(response.content)
+        out.flush()
+        return 0
     if fmt != "arrow":
         sys.stdout.write(response.text)
         if not response.text.endswith("\n"):
@@ -106,13 +125,20 @@ def _remote(config: Config, args: argparse.Namespace, sql: str) -> int:
 def _local(config: Config, args: argparse.Namespace, sql: str) -> int:
     from shoal.query.service import QueryService, limits_from_config
 
+    out = _binary_stdout() if args.format == "arrow" else None
+    if args.format == "arrow" and out is None:
+        return 2
     store = open_store(config)
     service = QueryService(store, None, limits_from_config(config))
     try:
         table, result = _run_local(service, args.tenant, sql)
     finally:
         service.shutdown()
-    if args.format == "table":
+    if out is not None:
+        with pa.ipc.new_stream(out, table.schema) as writer:
+            writer.write_table(table)
+        out.flush()
+    elif args.format == "table":
         print_table(table, sys.stdout)
     else:
         _write_format(table, args.format, sys.stdout)

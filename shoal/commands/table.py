@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+from pathlib import Path
 
 from shoal.cli import load_config
 from shoal.commands import open_store
-from shoal.errors import ConfigError
+from shoal.config import Config
+from shoal.errors import ConfigError, TableNotFoundError, WalError
 from shoal.storage.table import Table
 
 
@@ -21,9 +23,54 @@ def _num(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
+def unflushed_records(wal_dir: Path, tenant: str, table: str, max_record_bytes: int) -> int:
+    """WAL records of ``tenant/table``, read without changing anything (a live server's
+    WAL included: its unwritten tail simply ends the scan)."""
+    from shoal.server.records import decode_header
+    from shoal.wal.codec import SEGMENT_HEADER_SIZE, FrameScanner
+    from shoal.wal.recovery import inspect_directory
+
+    if not wal_dir.is_dir():
+        return 0
+    count = 0
+    for seg in inspect_directory(wal_dir, max_record_bytes):
+        try:
+            data = seg.path.read_bytes()[: seg.valid_end]
+        except FileNotFoundError:  # flushed and removed meanwhile
+            continue
+        for _lsn, _rtype, start, stop in FrameScanner(
+            data, SEGMENT_HEADER_SIZE, seg.first_lsn, max_record_bytes
+        ):
+            try:
+                header = decode_header(memoryview(data)[start:stop])
+            except WalError:
+                continue
+            if header.tenant == tenant and header.table == table:
+                count += 1
+    return count
+
+
+def _unflushed_note(cfg: Config, tenant: str, table: str) -> str | None:
+    records = unflushed_records(cfg.data_path / "wal", tenant, table, int(cfg.wal_max_record_bytes))
+    if not records:
+        return None
+    return (
+        f"{tenant}/{table}: no committed version yet: {records} WAL record(s) hold its "
+        f"rows, unflushed (already queryable); the flusher commits them within "
+        f"flush_max_age_s ({cfg.flush_max_age_s:g} s) of arriving, or at shutdown"
+    )
+
+
 def history(args: argparse.Namespace) -> int:
     """List a table's versions, newest first."""
-    table = _open(args)
+    try:
+        table = _open(args)
+    except TableNotFoundError:
+        note = _unflushed_note(load_config(args), args.tenant, args.table)
+        if note is None:
+            raise
+        print(note)
+        return 0
     header = ("version", "timestamp", "operation", "rows+", "rows-", "files+", "files-", "wal_lsn")
     rows = [
         (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from shoal.api.auth import TokenStore, parse_roles
+from shoal.api.auth import TokenStore, first_token_note, parse_roles
 from shoal.cli import load_config
 
 
@@ -15,12 +15,16 @@ def _store(args: argparse.Namespace) -> TokenStore:
 
 def create(args: argparse.Namespace) -> int:
     """Create a token and print it once (only its hash is stored)."""
-    token, record = _store(args).create(args.tenant, parse_roles(args.role), args.name)
+    store = _store(args)
+    first = not store.load()
+    token, record = store.create(args.tenant, parse_roles(args.role), args.name)
     sys.stdout.write(token + "\n")
     sys.stderr.write(
         f"created token {record.id} for tenant {record.tenant!r} with roles "
         f"{','.join(sorted(record.roles))}; it is shown only this once\n"
     )
+    if first:
+        sys.stderr.write(f"note: {first_token_note(record.tenant)}\n")
     return 0
 
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from shoal import config as config_mod
+from shoal.cli import load_config
 from shoal.errors import WalError
 from shoal.wal.recovery import DAMAGED, TORN, SegmentStatus, inspect_directory
 from shoal.wal.segment import BROKEN_SUFFIX, list_segments
@@ -65,6 +65,15 @@ def report(directory: Path, max_record_bytes: int, out: TextIO) -> bool:
 
 def verify(args: argparse.Namespace) -> int:
     """Exit 0 when every segment is intact (a torn tail is not damage), 1 otherwise."""
-    directory = _wal_directory(Path(args.directory))
-    max_record_bytes = config_mod.load().wal_max_record_bytes
+    config = load_config(args)
+    if args.directory:
+        directory = _wal_directory(Path(args.directory))
+    else:
+        directory = config.data_path / "wal"
+        if not directory.is_dir():
+            raise WalError(
+                f"no WAL directory at {directory} (data_dir from {config.sources['data_dir']}): "
+                "give a WAL or data directory, or --data-dir / SHOAL_DATA_DIR"
+            )
+    max_record_bytes = config.wal_max_record_bytes
     return 0 if report(directory, max_record_bytes, sys.stdout) else 1

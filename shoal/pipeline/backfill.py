@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -146,6 +147,7 @@ def run_spark_import(
     """The ``shoal import --engine spark`` command body: start Spark, backfill, report."""
     from shoal.pipeline.session import create_session
 
+    sys.stderr.write(f"{table.label}: importing {len(paths)} file(s) on Spark...\n")
     spark = create_session(config, master, app_name="shoal-import")
     try:
         result = backfill(spark, table, paths, config, allow_overlap=allow_overlap)

@@ -4,6 +4,10 @@
 small VPS; any other master URL (``spark://``, ``yarn``, ``k8s://``) works
 unchanged, with the ``shoal`` package shipped to the executors as a zip
 (``spark.submit.pyFiles``) because executors run shoal's Arrow writer.
+
+Spark's own log (log4j) goes to ``<data_dir>/logs/spark.log`` at INFO, rolled at
+10 MiB; only its errors reach the terminal, so a job's output is its progress and
+its result.
 """
 
 from __future__ import annotations
@@ -51,14 +55,66 @@ def _local_cores(master: str) -> int:
     return (os.cpu_count() or 1) if first == "*" else max(1, int(first))
 
 
+LOG4J2 = """\
+status = error
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.filePattern = {log}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yyyy-MM-dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 10MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 5
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = spark %p %c{{1}}: %m%n%ex
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = error
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = file
+rootLogger.appenderRef.console.ref = console
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+# PySpark's gateway counts as a shell: without a level of its own, Spark lowers the
+# console to WARN and says so on stderr
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = info
+"""
+
+
+def log_config(config: Config) -> Path | None:
+    """Write the log4j2 configuration that sends Spark's log to ``<data_dir>/logs``.
+
+    None when that directory cannot be written: Spark then logs at its default WARN
+    to the terminal."""
+    logs = config.data_path.resolve() / "logs"
+    path = logs / "spark-log4j2.properties"
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+        path.write_text(LOG4J2.format(log=logs / "spark.log"))
+    except OSError as exc:
+        logger.warning("Spark logs to the terminal: cannot write %s (%s)", path, exc)
+        return None
+    return path
+
+
 def spark_conf(config: Config, master: str) -> dict[str, str]:
     """The Spark properties shoal sets, as plain strings (also used by the docs)."""
     cores = _local_cores(master) if is_local_master(master) else 8
+    log4j = log_config(config)
+    driver_java = "-Duser.timezone=UTC"
+    if log4j is not None:
+        driver_java += f" -Dlog4j2.configurationFile=file:{log4j}"
     conf = {
         "spark.master": master,
         "spark.driver.memory": str(config.spark_driver_memory),
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.driver.extraJavaOptions": driver_java,
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -105,7 +161,6 @@ def create_session(
         builder = builder.config(key, value)
     logger.info("starting Spark (master %s, driver memory %s)", url, config.spark_driver_memory)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
     if not is_local_master(url):
         staging = Path(tempfile.mkdtemp(prefix="shoal-pyfiles-"))
         spark.sparkContext.addPyFile(str(package_zip(staging)))

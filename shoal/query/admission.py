@@ -21,29 +21,35 @@ _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _PROC_CGROUP = Path("/proc/self/cgroup")
 
 
-def cgroup_memory_limit(root: Path = _CGROUP_ROOT, proc: Path = _PROC_CGROUP) -> int | None:
-    """The memory limit of this process's cgroup (v2 ``memory.max`` or v1
-    ``memory.limit_in_bytes``), or None when there is none. Inside a container the
-    hierarchy is mounted at the cgroup itself, so the mount's root file is tried too."""
+def cgroup_memory_limit(proc_cgroup: Path = _PROC_CGROUP, root: Path = _CGROUP_ROOT) -> int | None:
+    """The memory limit of this process's cgroup: the smallest ``memory.max`` (v2) or
+    ``memory.limit_in_bytes`` (v1) on the path from its cgroup up to the root, or None.
+
+    Inside a container the hierarchy is mounted at the cgroup itself, which the walk's
+    last step (the mount's own file) covers; a hybrid host mounts v2 at ``unified``.
+    """
     try:
-        lines = proc.read_text().splitlines()
+        lines = proc_cgroup.read_text().splitlines()
     except OSError:
         return None
+    limits: list[int] = []
     for line in lines:
         _, controllers, path = line.split(":", 2)
         if controllers == "":
             base, name = root, "memory.max"
-            if not (root / "cgroup.controllers").exists():
+            if not (root / "cgroup.controllers").exists() and (root / "unified").is_dir():
                 base = root / "unified"
         elif "memory" in controllers.split(","):
             base, name = root / "memory", "memory.limit_in_bytes"
         else:
             continue
-        for candidate in (base / path.lstrip("/") / name, base / name):
-            limit = _read_limit(candidate)
-            if limit is not None:
-                return limit
-    return None
+        rel = path.lstrip("/")
+        parts = Path(rel).parts if rel else ()
+        for depth in range(len(parts), -1, -1):
+            found = _read_limit(base.joinpath(*parts[:depth], name))
+            if found is not None:
+                limits.append(found)
+    return min(limits) if limits else None
 
 
 def _read_limit(path: Path) -> int | None:

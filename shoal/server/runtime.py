@@ -39,10 +39,11 @@ from shoal.config import Config
 from shoal.errors import ConfigError
 from shoal.pgwire.server import PgServer
 from shoal.promql import mapping
-from shoal.server import http, records
+from shoal.server import http, preflight, records
 from shoal.server.flusher import Flusher
 from shoal.server.ingest import Ingestor
 from shoal.server.metrics import ServerMetrics, StorageMetricsAdapter, WalMetricsAdapter
+from shoal.server.preflight import INGEST_THREADS, SNAPSHOT_LIMIT_FLUSHES
 from shoal.server.queue import IngestQueue
 from shoal.server.snapshot import Snapshot
 from shoal.storage.store import TableStore
@@ -52,15 +53,9 @@ logger = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_FATAL = 1
-
-INGEST_THREADS = 1
-"""Threads that decode requests. Decoding holds the GIL for most of its time, so a
-second thread adds no throughput, only GIL hand-offs between the two (docs/rationale.md)."""
-
-
-SNAPSHOT_LIMIT_FLUSHES = 3
-"""Ingest is refused (retryably) while the snapshot holds more than this many
-``flush_max_bytes``: the flusher has fallen behind, and memory must stay bounded."""
+"""A fatal WAL error: systemd restarts the server and the WAL is replayed. Settings that
+do not fit (bad values, a taken port, a memory budget over the limit) exit 2 through the
+CLI's ConfigError path, which the unit does not restart on."""
 
 
 def is_loopback(bind: str) -> bool:
@@ -144,6 +139,7 @@ class ServerRuntime:
 
     def preflight(self) -> None:
         """Refuse configurations that must not start (raises ConfigError, exit code 2)."""
+        preflight.check_memory(self.config)
         if not self.authenticator.has_tokens and not is_loopback(self.config.bind):
             if not self.config.insecure:
                 raise ConfigError(
@@ -316,17 +312,30 @@ class ServerRuntime:
                 lifespan="off",
                 timeout_graceful_shutdown=max(1, int(self.config.shutdown_timeout_s / 3)),
                 timeout_keep_alive=30,
+                server_header=False,
             )
         )
-        grpc_server, self.grpc_port = create_server(
-            self.ingest,
-            self.authenticator,
-            _host_port(self.config.bind, self.config.grpc_port),
-            self.config.grpc_max_message_bytes,
-            float(self.config.retry_after_s),
-        )
-        await grpc_server.start()
-        http_task = asyncio.create_task(uv.serve(), name="shoal-http")
+        # Bind both ports before starting either listener: a taken port is one line
+        # naming the setting, not a traceback from each listener.
+        bind = self.config.bind
+        http_socket = preflight.bind_socket(bind, self.config.http_port, "http_port")
+        try:
+            preflight.check_port_free(bind, self.config.grpc_port, "grpc_port")
+            try:
+                grpc_server, self.grpc_port = create_server(
+                    self.ingest,
+                    self.authenticator,
+                    _host_port(bind, self.config.grpc_port),
+                    self.config.grpc_max_message_bytes,
+                    float(self.config.retry_after_s),
+                )
+            except (OSError, RuntimeError) as exc:
+                raise preflight.port_error(bind, self.config.grpc_port, "grpc_port") from exc
+            await grpc_server.start()
+        except BaseException:
+            http_socket.close()
+            raise
+        http_task = asyncio.create_task(uv.serve(sockets=[http_socket]), name="shoal-http")
         while not uv.started:
             if http_task.done():
                 await grpc_server.stop(None)

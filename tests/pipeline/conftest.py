@@ -22,10 +22,12 @@ HOUR_US = 3_600_000_000
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     from shoal.pipeline.session import create_session
 
-    session = create_session(config_mod.default(), "local[2]", app_name="shoal-tests")
+    logs = tmp_path_factory.mktemp("spark")  # Spark's own log goes to <data_dir>/logs
+    cfg = config_mod.default().replace(data_dir=str(logs))
+    session = create_session(cfg, "local[2]", app_name="shoal-tests")
     yield session
     session.stop()
 

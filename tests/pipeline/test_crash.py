@@ -40,8 +40,10 @@ def _crash_loop(tmp_path: Path, kills: int, seed: int) -> None:
     for _ in range(kills):
         job = rng.choice(["compact", "rollup"])
         proc = start(shoal_cmd(job, "--tenant", "acme", "--master", "local[1]"), env, log)
-        time.sleep(rng.uniform(2.0, 16.0))
-        kill_group(proc)
+        try:
+            time.sleep(rng.uniform(2.0, 16.0))
+        finally:
+            kill_group(proc)
         # after every kill: readable by an independent reader, same rows
         assert rows_multiset(delta_rows(table.path)) == original
     for job in ("compact", "rollup"):

@@ -5,6 +5,7 @@ every Delta version is accounted for."""
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from deltalake import DeltaTable
 from loadtest.ingest import ServerProcess
 from loadtest.pipeline_data import metrics_table
 from shoal.storage.store import TableStore
+from tests.conftest import Track
 from tests.pipeline.helpers import ROOT, child_env, shoal_cmd
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -32,7 +34,7 @@ def _acked_requests(ack_dir: Path) -> list[int]:
     return ids
 
 
-def test_soak_ingest_with_maintenance_loop(tmp_path: Path) -> None:
+def test_soak_ingest_with_maintenance_loop(tmp_path: Path, children: Track) -> None:
     data = tmp_path / "data"
     # an old hour that retention must drop while the server flushes (imported, so
     # that no WAL LSN is recorded: the server's own LSNs start at 1)
@@ -42,12 +44,16 @@ def test_soak_ingest_with_maintenance_loop(tmp_path: Path) -> None:
         [old], time_column=None, allow_overlap=False, progress=None
     )
     env = {"SHOAL_FLUSH_MAX_AGE_S": "2", "SHOAL_RETENTION_DAYS": "330"}
-    server = ServerProcess(data, env=env, log_path=tmp_path / "server.log").start()
+    server = ServerProcess(data, env=env, log_path=tmp_path / "server.log")
+    server.start(wait=False)
+    assert server.proc is not None
+    children(server.proc)  # stopped at teardown whatever happens from here on
+    server.wait_ready()
     ack_dir = tmp_path / "acks"
     ack_dir.mkdir()
     load = subprocess.Popen(
         [
-            str(Path(ROOT / ".venv/bin/python")),
+            sys.executable,
             "-m",
             "loadtest",
             "ingest",
@@ -69,14 +75,17 @@ def test_soak_ingest_with_maintenance_loop(tmp_path: Path) -> None:
         stdout=(tmp_path / "load.log").open("wb"),
         stderr=subprocess.STDOUT,
     )
+    children(load)
     jobs_env = child_env(data, SHOAL_RETENTION_DAYS="330")
     ran: list[tuple[str, int]] = []
     try:
         deadline = time.monotonic() + LOAD_S
         while time.monotonic() < deadline:
             for job in ("compact", "retention", "rollup"):
+                # retention only touches metadata: no Spark, no --master
+                spark = ("--master", "local[1]") if job != "retention" else ()
                 done = subprocess.run(
-                    shoal_cmd(job, "--master", "local[1]"),
+                    shoal_cmd(job, *spark),
                     env=jobs_env,
                     capture_output=True,
                     text=True,

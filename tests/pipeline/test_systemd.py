@@ -49,3 +49,60 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "shoal-" not in done.stderr, done.stderr
+
+
+HARDENING_NOT_FOR_JOBS = {
+    # the JVM reads /proc/meminfo and /proc/cpuinfo to size itself
+    "ProcSubset",
+    # the jobs need no lock on their address families beyond the server's plus netlink
+    "RestrictAddressFamilies",
+}
+
+
+def _directives(text: str, section: str = "[Service]") -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    current = ""
+    for line in text.splitlines():
+        if line.startswith("["):
+            current = line.strip()
+        elif current == section and "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            found.setdefault(key, []).append(value)
+    return found
+
+
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_jobs_have_the_server_units_sandbox(job: str) -> None:
+    server = _directives((ROOT / "systemd" / "shoal.service").read_text())
+    unit = _directives((ROOT / "systemd" / f"shoal-{job}.service").read_text())
+    sandbox = [
+        key
+        for key in server
+        if key.startswith(("Protect", "Restrict", "Private", "SystemCall", "Capability"))
+        or key in {"NoNewPrivileges", "AmbientCapabilities", "LockPersonality", "RemoveIPC"}
+    ]
+    assert len(sandbox) > 20
+    for key in sandbox:
+        if key in HARDENING_NOT_FOR_JOBS:
+            continue
+        assert unit.get(key) == server[key], key
+
+
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_systemd_analyze_security_scores_jobs_like_the_server(job: str) -> None:
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed (apt-get install systemd)")
+
+    def exposure(name: str) -> float:
+        done = subprocess.run(
+            ["systemd-analyze", "security", "--offline=true", "--no-pager", name],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT / "systemd",
+        )
+        last = done.stdout.strip().splitlines()[-1]
+        assert "Overall exposure level" in last, done.stdout + done.stderr
+        return float(last.split(":")[1].split()[0])
+
+    assert exposure(f"shoal-{job}.service") <= exposure("shoal.service") + 0.2

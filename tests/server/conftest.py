@@ -51,8 +51,11 @@ def delta_rows(data_dir: Path, tenant: str, table: str) -> pa.Table:
     return DeltaTable(str(path)).to_pyarrow_table()
 
 
-def scrape(server: ServerProcess) -> str:
-    with urllib.request.urlopen(server.url + "/metrics", timeout=5) as resp:
+def scrape(server: ServerProcess, token: str | None = None) -> str:
+    """``/metrics``; once tokens exist, ``token`` must hold the metrics or admin role."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(server.url + "/metrics", headers=headers)
+    with urllib.request.urlopen(request, timeout=5) as resp:
         return str(resp.read().decode())
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,6 @@ def test_unit_file_has_the_required_hardening() -> None:
     for line in (
         "User=shoal",
         "Restart=always",
-        "MemoryMax=1G",
         "ProtectSystem=strict",
         "ReadWritePaths=/var/lib/shoal",
         "NoNewPrivileges=true",
@@ -48,13 +48,16 @@ def test_install_script_dry_run_lists_every_step() -> None:
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
+    # Java 17 or 21: the one already installed, else the distribution's package
+    assert re.search(r"= java (17|21) is installed|openjdk-(21|17)-jre-headless", out), out
+    assert "--role ingest,query" in out and "Next steps" in out
     for step in (
         "apt-get install",
         "-m venv /opt/shoal/venv",
         "/etc/shoal/shoal.toml",
         "/etc/systemd/system/shoal.service",
         "systemctl enable --now shoal.service",
-        "openjdk-17-jre-headless",
+        "--constraint " + str(ROOT / "requirements.lock"),
         "[spark]",
         "/etc/systemd/system/shoal-compact.timer",
         "systemctl enable --now shoal-retention.timer",
@@ -109,3 +112,47 @@ def test_install_script_into_a_throwaway_root(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr
     assert "keeping existing" in again.stdout
     assert 'log_level = "debug"' in (root / "etc/shoal/shoal.toml").read_text()
+
+
+def _copy_source(dest: Path) -> Path:
+    for name in ("shoal", "systemd", "deploy", "docs"):
+        shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "requirements.lock"):
+        shutil.copy(ROOT / name, dest / name)
+    return dest
+
+
+def test_install_script_rerun_upgrades_in_place(tmp_path: Path) -> None:
+    source = _copy_source(tmp_path / "src")
+    root = tmp_path / "root"
+    python = shutil.which("python3") or sys.executable
+    command = ["bash", str(source / "deploy/install.sh"), "--root", str(root), "--no-deps"]
+    first = subprocess.run(
+        [*command, "--python", python], capture_output=True, text=True, timeout=300
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "shoal 0.1.0 installed" in first.stdout
+    assert "not run: systemctl enable --now shoal.service" in first.stdout
+    assert "try-restart" not in first.stdout
+    # a newer tree: changed code and a changed unit, same version number
+    (source / "shoal" / "__init__.py").write_text(
+        (source / "shoal" / "__init__.py").read_text() + "UPGRADE_MARKER = 1\n"
+    )
+    unit = source / "systemd" / "shoal.service"
+    unit.write_text(unit.read_text().replace("TasksMax=512", "TasksMax=600"))
+    second = subprocess.run(
+        [*command, "--python", python], capture_output=True, text=True, timeout=300
+    )
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "upgraded in place: 0.1.0 -> 0.1.0" in second.stdout
+    assert "not run: systemctl try-restart shoal.service" in second.stdout
+    venv_python = root / "opt/shoal/venv/bin/python"
+    check = subprocess.run(
+        [str(venv_python), "-I", "-c", "import shoal; print(shoal.UPGRADE_MARKER)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert check.stdout.strip() == "1", check.stderr
+    assert "TasksMax=600" in (root / "etc/systemd/system/shoal.service").read_text()

@@ -93,12 +93,17 @@ def _sdk_exporter(protocol: str, server: ServerProcess, token: str) -> object:
 
 
 def _overload_round(
-    server: ServerProcess, protocol: str, flood_token: str, sdk_token: str, round_no: int
+    server: ServerProcess,
+    protocol: str,
+    flood_token: str,
+    sdk_token: str,
+    round_no: int,
+    scrape_token: str,
 ) -> Flood:
     flood = Flood(server, flood_token, protocol)
     flood.start()
     refused_status = "429" if protocol == "http" else "UNAVAILABLE"
-    before = metric_value(scrape(server), "shoal_ingest_requests_total", tenant="sdk",
+    before = metric_value(scrape(server, scrape_token), "shoal_ingest_requests_total", tenant="sdk",
                           status=refused_status)  # fmt: skip
     provider = MeterProvider(
         resource=Resource.create({"service.name": "sdk"}),
@@ -114,7 +119,7 @@ def _overload_round(
     deadline = time.monotonic() + 20
     # Once the SDK has been refused, stop the flood so its retry gets through.
     while time.monotonic() < deadline and exporting.is_alive():
-        text = scrape(server)
+        text = scrape(server, scrape_token)
         refused = metric_value(text, "shoal_ingest_requests_total", tenant="sdk",
                                status=refused_status)  # fmt: skip
         if refused > before:
@@ -133,6 +138,7 @@ def test_overload_answers_retryably_and_the_sdk_loses_nothing(
     tokens = TokenStore(data)
     flood_token, _ = tokens.create("flood", frozenset({"ingest"}))
     sdk_token, _ = tokens.create("sdk", frozenset({"ingest"}))
+    scrape_token, _ = tokens.create("ops", frozenset({"metrics"}))
     server = start_server(data, env={"SHOAL_QUEUE_MAX_REQUESTS": "1", "SHOAL_RETRY_AFTER_S": "1"})
 
     rounds = 0
@@ -142,11 +148,14 @@ def test_overload_answers_retryably_and_the_sdk_loses_nothing(
         status = "429" if protocol == "http" else "UNAVAILABLE"
         for _ in range(8):
             floods[protocol].append(
-                _overload_round(server, protocol, flood_token, sdk_token, rounds)
+                _overload_round(server, protocol, flood_token, sdk_token, rounds, scrape_token)
             )
             rounds += 1
             refused[protocol] = metric_value(
-                scrape(server), "shoal_ingest_requests_total", tenant="sdk", status=status
+                scrape(server, scrape_token),
+                "shoal_ingest_requests_total",
+                tenant="sdk",
+                status=status,
             )
             if refused[protocol] > 0 and floods[protocol][-1].statuses[status] > 0:
                 break
@@ -170,7 +179,7 @@ def test_overload_answers_retryably_and_the_sdk_loses_nothing(
     details = status_pb2.Status.FromString(trailers[0]["grpc-status-details-bin"])
     assert details.code == grpc.StatusCode.UNAVAILABLE.value[0]
     assert details.details[0].Unpack(info) and info.retry_delay.seconds == 1
-    text = scrape(server)
+    text = scrape(server, scrape_token)
     assert metric_value(text, "shoal_ingest_requests_total", status="RESOURCE_EXHAUSTED") == 0
     assert metric_value(text, "shoal_ingest_queue_overflow_total") > 0
 

@@ -30,12 +30,19 @@ def _start(data_dir: Path, app_id: str, inputs: list[str]) -> subprocess.Popen[b
 def _race(data_dir: Path, jobs: list[tuple[str, list[str]]]) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "wait").touch()
-    procs = [_start(data_dir, app, inputs) for app, inputs in jobs]
-    time.sleep(1.5)  # let both import and block on the start flag
-    (data_dir / "go").touch()
-    for proc in procs:
-        _, err = proc.communicate(timeout=180)
-        assert proc.returncode == 0, err.decode()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs.extend(_start(data_dir, app, inputs) for app, inputs in jobs)
+        time.sleep(1.5)  # let both import and block on the start flag
+        (data_dir / "go").touch()
+        for proc in procs:
+            _, err = proc.communicate(timeout=180)
+            assert proc.returncode == 0, err.decode()
+    finally:
+        for proc in procs:  # a child left running by a failure above
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
 
 
 def _versions(table_path: Path) -> list[int]:

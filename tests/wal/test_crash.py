@@ -28,14 +28,16 @@ def _run_and_kill(directory: Path, run: int, rng: random.Random) -> list[tuple[i
         cwd=ROOT,
     )
     assert proc.stdout is not None
-    ready = proc.stdout.readline()
-    assert ready == b"ready\n", proc.stderr.read() if proc.stderr else ready
     chunks: list[bytes] = []
     reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()))  # type: ignore[union-attr]
-    reader.start()
-    time.sleep(rng.uniform(0.05, 0.6))
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    try:
+        ready = proc.stdout.readline()
+        assert ready == b"ready\n", proc.stderr.read() if proc.stderr else ready
+        reader.start()
+        time.sleep(rng.uniform(0.05, 0.6))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
     reader.join(timeout=30)
     if proc.stderr is not None:
         proc.stderr.close()

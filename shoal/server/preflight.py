@@ -1,0 +1,160 @@
+"""Checks before anything binds: free ports, and a memory budget that fits.
+
+Both failures are :class:`~shoal.errors.StartupError`: one line that names the
+setting to change, and exit code 2, which the systemd unit does not restart on
+(``RestartPreventExitStatus=2``): retrying cannot free a port someone else holds
+or make the limits fit.
+
+The memory budget is what the settings allow the process to hold at once:
+
+    baseline RSS (interpreter, Arrow, DataFusion, gRPC: measured idle)
+  + query_memory_bytes x query_max_concurrency      (each query's pool)
+  + SNAPSHOT_LIMIT_FLUSHES x flush_max_bytes        (unflushed rows before ingest is refused)
+  + queue_max_bytes                                 (decoded requests waiting for the WAL)
+  + max_body_bytes x (INGEST_THREADS + 1)           (bodies being decoded)
+
+It must fit in the memory the process is given: the ``memory_limit_bytes``
+setting, else the cgroup's limit (systemd's ``MemoryMax=``), else nothing is
+enforced and the machine's RAM is only compared with it for a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import logging
+import socket
+
+from shoal.config import Config
+from shoal.errors import StartupError
+from shoal.query.admission import cgroup_memory_limit
+
+logger = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+
+BASELINE_RSS_BYTES = 450 * MiB
+"""Resident memory of an idle server with its tables open (measured 160-250 MiB,
+docs/benchmarks.md "Footprint"), with room for more tables and allocator slack."""
+
+SNAPSHOT_LIMIT_FLUSHES = 3
+"""Ingest is refused (retryably) while the snapshot holds more than this many
+``flush_max_bytes``: the flusher has fallen behind, and memory must stay bounded."""
+
+INGEST_THREADS = 1
+"""Threads that decode requests. Decoding holds the GIL for most of its time, so a
+second thread adds no throughput, only GIL hand-offs between the two (docs/rationale.md)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryBudget:
+    """What each part of the server may hold, in bytes."""
+
+    baseline: int
+    queries: int
+    snapshot: int
+    queue: int
+    bodies: int
+
+    @property
+    def total(self) -> int:
+        return self.baseline + self.queries + self.snapshot + self.queue + self.bodies
+
+    def describe(self) -> str:
+        return (
+            f"{_mib(self.total)} = baseline {_mib(self.baseline)} + queries {_mib(self.queries)} "
+            f"(query_memory_bytes x query_max_concurrency) + snapshot {_mib(self.snapshot)} "
+            f"({SNAPSHOT_LIMIT_FLUSHES} x flush_max_bytes) + queue {_mib(self.queue)} "
+            f"(queue_max_bytes) + bodies {_mib(self.bodies)} "
+            f"(max_body_bytes x {INGEST_THREADS + 1})"
+        )
+
+
+def _mib(n: int) -> str:
+    return f"{n / MiB:.0f} MiB"
+
+
+def memory_budget(config: Config) -> MemoryBudget:
+    """The most memory these settings let the server hold at once."""
+    return MemoryBudget(
+        baseline=BASELINE_RSS_BYTES,
+        queries=int(config.query_memory_bytes) * int(config.query_max_concurrency),
+        snapshot=SNAPSHOT_LIMIT_FLUSHES * int(config.flush_max_bytes),
+        queue=int(config.queue_max_bytes),
+        bodies=int(config.max_body_bytes) * (INGEST_THREADS + 1),
+    )
+
+
+def _physical_memory() -> int | None:
+    try:
+        import psutil
+    except ModuleNotFoundError:  # pragma: no cover - psutil is a dependency
+        return None
+    return int(psutil.virtual_memory().total)
+
+
+def check_memory(config: Config, cgroup_limit: int | None = None) -> MemoryBudget:
+    """Raise :class:`StartupError` when the budget exceeds the memory the server is given."""
+    budget = memory_budget(config)
+    setting = int(config.memory_limit_bytes)
+    if setting:
+        limit, source = setting, f"memory_limit_bytes ({config.sources['memory_limit_bytes']})"
+    else:
+        limit = cgroup_limit if cgroup_limit is not None else (cgroup_memory_limit() or 0)
+        source = "the cgroup memory limit (systemd MemoryMax=)"
+    if limit:
+        if budget.total > limit:
+            raise StartupError(
+                f"the settings allow {budget.describe()}, more than the {_mib(limit)} of "
+                f"{source}: lower query_max_concurrency or query_memory_bytes (or "
+                "flush_max_bytes, queue_max_bytes), or give the server more memory"
+            )
+        logger.info("memory budget %s fits %s of %s", budget.describe(), _mib(limit), source)
+        return budget
+    ram = _physical_memory()
+    if ram is not None and budget.total > ram:
+        logger.warning(
+            "the settings allow %s, more than this machine's %s of RAM; lower "
+            "query_max_concurrency or query_memory_bytes",
+            budget.describe(),
+            _mib(ram),
+        )
+    return budget
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def bind_socket(bind: str, port: int, setting: str) -> socket.socket:
+    """A listening-ready TCP socket on ``bind:port``; a taken port is a one-line StartupError."""
+    host = bind.strip("[]")
+    sock = socket.socket(_family(host), socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise port_error(bind, port, setting, exc) from None
+    return sock
+
+
+def port_error(bind: str, port: int, setting: str, exc: OSError | None = None) -> StartupError:
+    env = "SHOAL_" + setting.upper()
+    if exc is None or exc.errno == errno.EADDRINUSE:
+        what = "is already in use by another process"
+    elif exc.errno == errno.EACCES:
+        what = "needs privileges this process lacks"
+    else:
+        what = f"cannot be bound ({exc.strerror or exc})"
+    return StartupError(
+        f"port {port} on {bind} {what}: set {setting} ({env}, or --{setting.replace('_', '-')}) "
+        "to a free port, or stop the other process"
+    )
+
+
+def check_port_free(bind: str, port: int, setting: str) -> None:
+    """Raise StartupError if ``bind:port`` cannot be bound now (port 0 always can)."""
+    if port == 0:
+        return
+    bind_socket(bind, port, setting).close()
