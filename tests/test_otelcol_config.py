@@ -77,7 +77,7 @@ def test_pipelines_reference_defined_components_and_use_all(doc: dict[str, Any])
 
 def test_receivers_leave_shoals_ports_free(doc: dict[str, Any]) -> None:
     defaults = config_mod.default()
-    shoal_ports = {defaults.http_port, defaults.grpc_port}
+    shoal_ports = {defaults.http_port, defaults.grpc_port, defaults.pg_port}
     protocols = doc["receivers"]["otlp"]["protocols"]
     ports = {_port(p["endpoint"]) for p in protocols.values()}
     assert len(ports) == 2 and not ports & shoal_ports
