@@ -195,7 +195,9 @@ class ServerRuntime:
             self.pg_port = await pg.start(self.config.bind.strip("[]"), self.config.pg_port)
         except OSError as exc:
             if str(self.config.pg_enabled) == "true":
-                raise
+                raise preflight.port_error(
+                    self.config.bind, self.config.pg_port, "pg_port", exc
+                ) from exc
             logger.error(
                 "PostgreSQL protocol listener not started on port %d: %s (set pg_port, or "
                 "pg_enabled=false)",
@@ -321,6 +323,8 @@ class ServerRuntime:
         http_socket = preflight.bind_socket(bind, self.config.http_port, "http_port")
         try:
             preflight.check_port_free(bind, self.config.grpc_port, "grpc_port")
+            if str(self.config.pg_enabled) == "true":  # required: a taken port stops the start
+                preflight.check_port_free(bind, self.config.pg_port, "pg_port")
             try:
                 grpc_server, self.grpc_port = create_server(
                     self.ingest,
@@ -350,16 +354,11 @@ class ServerRuntime:
         )
         try:
             await loop.run_in_executor(None, self.open_storage)
-        except BaseException:
-            logger.exception("startup failed")
-            uv.should_exit = True
-            await grpc_server.stop(None)
-            await http_task
-            raise
-        self.query_service = self._make_query_service()
-        app.state.query_service = self.query_service
-        app.state.promql_promote = mapping.promoted(self.config.promql_promote_resource_attributes)
-        try:
+            self.query_service = self._make_query_service()
+            app.state.query_service = self.query_service
+            app.state.promql_promote = mapping.promoted(
+                self.config.promql_promote_resource_attributes
+            )
             await self._start_pg()
         except BaseException:
             logger.exception("startup failed")

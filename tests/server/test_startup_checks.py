@@ -40,6 +40,7 @@ def _serve(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
             "SHOAL_DATA_DIR": str(tmp_path / "data"),
             "SHOAL_HTTP_PORT": str(free_port()),
             "SHOAL_GRPC_PORT": str(free_port()),
+            "SHOAL_PG_PORT": str(free_port()),
             "SHOAL_BIND": "127.0.0.1",
         }
     )
@@ -49,11 +50,14 @@ def _serve(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("setting", ["http_port", "grpc_port"])
+@pytest.mark.parametrize("setting", ["http_port", "grpc_port", "pg_port"])
 def test_a_taken_port_is_one_line_naming_the_setting_and_exit_2(
     tmp_path: Path, taken_port: int, setting: str
 ) -> None:
-    done = _serve(tmp_path, **{f"SHOAL_{setting.upper()}": str(taken_port)})
+    # the PostgreSQL listener stops the start only when it is required (pg_enabled=true)
+    done = _serve(
+        tmp_path, SHOAL_PG_ENABLED="true", **{f"SHOAL_{setting.upper()}": str(taken_port)}
+    )
     assert done.returncode == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1, done.stderr
