@@ -15,7 +15,7 @@ the ``pg_catalog.`` prefix) is rewritten, and the functions they call
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -252,28 +252,8 @@ def rewrite(sql: str, empty: frozenset[str] = frozenset()) -> str:
     return _empty_subqueries(_replace_constant_calls(sql), empty)
 
 
-def _top_level_split(text: str) -> list[str]:
-    """``text`` split at commas outside parentheses and quotes."""
-    parts, depth, start, i = [], 0, 0, 0
-    while i < len(text):
-        c = text[i]
-        if c == "'":
-            close = text.find("'", i + 1)
-            i = len(text) if close < 0 else close
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-        i += 1
-    parts.append(text[start:])
-    return parts
-
-
-def _top_level_from(text: str) -> int:
-    """The index of the outermost query's FROM keyword, or -1."""
+def _top_level(text: str) -> Iterator[int]:
+    """The indexes of ``text`` outside parentheses and single-quoted strings."""
     depth, i = 0, 0
     while i < len(text):
         c = text[i]
@@ -284,38 +264,45 @@ def _top_level_from(text: str) -> int:
             depth += 1
         elif c == ")":
             depth -= 1
-        elif (
-            depth == 0
-            and re.match(r"\bFROM\b", text[i : i + 5], re.I)
-            and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_"))
-        ):
-            return i
+        elif depth == 0:
+            yield i
         i += 1
+
+
+def _word_starts(text: str, i: int) -> bool:
+    return i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")
+
+
+def _top_level_split(text: str) -> list[str]:
+    """``text`` split at commas outside parentheses and quotes."""
+    parts, start = [], 0
+    for i in _top_level(text):
+        if text[i] == ",":
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _top_level_from(text: str) -> int:
+    """The index of the outermost query's FROM keyword, or -1."""
+    for i in _top_level(text):
+        if re.match(r"FROM\b", text[i : i + 5], re.I) and _word_starts(text, i):
+            return i
     return -1
 
 
 def _top_level_unions(text: str) -> list[str]:
     """``text`` split at UNION [ALL] outside parentheses and quotes."""
     parts: list[str] = []
-    depth, start, i = 0, 0, 0
-    while i < len(text):
-        c = text[i]
-        if c == "'":
-            close = text.find("'", i + 1)
-            i = len(text) if close < 0 else close
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif (
-            depth == 0
-            and (m := re.match(r"UNION(?:\s+ALL)?\b", text[i:], re.I))
-            and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_"))
-        ):
-            parts.append(text[start:i])
-            start = i = i + m.end()
+    start = 0
+    for i in _top_level(text):
+        if i < start:
             continue
-        i += 1
+        m = re.match(r"UNION(?:\s+ALL)?\b", text[i:], re.I)
+        if m and _word_starts(text, i):
+            parts.append(text[start:i])
+            start = i + m.end()
     parts.append(text[start:])
     return parts
 

@@ -341,17 +341,21 @@ def test_psql_queries_errors_and_copy(pg: PgServer, tmp_path: Path) -> None:
     assert anon.returncode != 0  # tokens exist: no password, no session
 
 
-def test_psql_ctrl_c_cancels_a_long_query(pg: PgServer) -> None:
+def _psql_long_query(pg: PgServer, output: int) -> subprocess.Popen[str]:
+    """psql running LONG_QUERY as tenant acme, its output to ``output``."""
     assert PSQL is not None
-    env = dict(os.environ, PGPASSWORD=pg.tokens["acme"])
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [PSQL, "-X", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "acme", "-d", "shoal",
          "-c", LONG_QUERY],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        env=dict(os.environ, PGPASSWORD=pg.tokens["acme"]),
+        stdout=output,
+        stderr=output,
         text=True,
     )  # fmt: skip
+
+
+def test_psql_ctrl_c_cancels_a_long_query(pg: PgServer) -> None:
+    proc = _psql_long_query(pg, subprocess.PIPE)
     try:
         time.sleep(1.5)
         proc.send_signal(signal.SIGINT)
@@ -634,15 +638,7 @@ def test_provisioned_dashboard_queries_run(pg: PgServer) -> None:
 
 
 def test_a_client_that_hangs_up_mid_query_stops_its_query(pg: PgServer) -> None:
-    assert PSQL is not None
-    env = dict(os.environ, PGPASSWORD=pg.tokens["acme"])
-    proc = subprocess.Popen(
-        [PSQL, "-X", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "acme", "-d", "shoal",
-         "-c", LONG_QUERY],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    proc = _psql_long_query(pg, subprocess.DEVNULL)
     try:
         time.sleep(1.5)
         busy = pg.process.cpu_seconds()
