@@ -33,6 +33,8 @@ Bounds = tuple[int | None, int | None]
 _UNIT_NS = {"s": 1_000_000_000, "ms": 1_000_000, "µs": 1_000, "us": 1_000, "ns": 1}
 _UNIT = re.compile(r"^Timestamp\((s|ms|µs|us|ns)\b")
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}
+_SUBQUERY = re.compile(r"^\s*Subquery:", re.M)
+"""How an indented plan shows a subquery nested in an expression of the node above it."""
 
 
 def variant(node: Expr | LogicalPlan) -> Any:
@@ -160,8 +162,13 @@ def table_reads(plan: LogicalPlan, owners: Mapping[str, tuple[str, str]]) -> dic
     """Per table that ``plan`` scans, the union of its scans' bounds (see :class:`TableRead`).
 
     ``owners`` maps a scan's table name (the name a scan was built under) to
-    ``(table, time column)``; other scans are ignored.
+    ``(table, time column)``; other scans are ignored. A plan with a subquery left
+    inside an expression (a scalar subquery the optimizer did not turn into a join)
+    gives nothing: the scans of that subquery are not among the plan's inputs, so
+    bounds read from the others would drop rows the subquery reads.
     """
+    if _SUBQUERY.search(plan.display_indent()):
+        return {}
     found: dict[str, Bounds] = {}
     open_tables: set[str] = set()
     mixed: set[str] = set()

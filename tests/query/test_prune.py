@@ -100,6 +100,30 @@ def test_a_self_join_prunes_only_when_every_side_is_bounded(
     service.shutdown()
 
 
+def test_a_scalar_subquery_inside_a_filter_keeps_every_file_and_its_answer(
+    six_hours: tuple[Harness, np.ndarray],
+) -> None:
+    # The subquery's scan of `metrics` hides in the outer filter's expression, not among
+    # the plan's inputs: bounds read from the outer scan alone fed the subquery only the
+    # outer hours (found by the differential suite: 10 rows counted instead of 9).
+    harness, _ = six_hours
+    service = harness.service()
+    h1, h2 = (_iso(BASE_US + h * HOUR_US) for h in (1, 2))
+    sql = (
+        f"SELECT count(*) FROM metrics WHERE timestamp >= '{h1}' AND timestamp < '{h2}' "
+        "AND value > (SELECT avg(value) FROM metrics)"
+    )
+    assert len(_files_scanned(_explain(service, sql))) == 6
+    average = service.run_sync("t", "SELECT avg(value) FROM metrics").column(0)[0].as_py()
+    narrowed = service.run_sync(
+        "t",
+        f"SELECT count(*) FROM metrics WHERE timestamp >= '{h1}' AND timestamp < '{h2}' "
+        f"AND value > {average!r}",
+    )
+    assert service.run_sync("t", sql).column(0)[0].as_py() == narrowed.column(0)[0].as_py()
+    service.shutdown()
+
+
 OPS = st.sampled_from([">=", ">", "<=", "<", "=", "between", "reversed"])
 
 
