@@ -1,5 +1,6 @@
 """A real Prometheus (Debian's ``prometheus`` binary) on a loopback port, for the PromQL
-comparison test and benchmark: remote-write receiver on, no scrape targets."""
+comparison test and benchmark (remote-write receiver on, no scrape targets) and as a
+remote-write sender (a configuration of the caller's)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from loadtest.ingest import free_port
 
 
 class Prometheus:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, config: str | None = None) -> None:
         self.port = free_port()
         self.tmp = tmp
+        self.config = config
+        """prometheus.yml's text; ``{port}`` stands for this server's own port."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -27,7 +30,8 @@ class Prometheus:
         binary = shutil.which("prometheus")
         assert binary, "prometheus is not installed (apt-get install prometheus)"
         config = self.tmp / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n")
+        text = self.config or "global:\n  scrape_interval: 1h\nscrape_configs: []\n"
+        config.write_text(text.replace("{port}", str(self.port)))
         log = (self.tmp / "prometheus.log").open("ab")
         self.proc = subprocess.Popen(
             [

@@ -9,7 +9,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "shoal"
 WEB = {"fastapi", "starlette", "grpc", "uvicorn", "prometheus_client"}
-CORE = ("wal", "otlp", "storage", "promql")
+CORE = ("wal", "otlp", "storage", "promql", "promwrite")
 
 
 def _imports(path: Path) -> set[str]:
@@ -45,6 +45,10 @@ def test_core_layers_import_no_web_or_metrics_framework(layer: str) -> None:
         ("promql", {"shoal.api", "shoal.server", "shoal.pipeline"}),
         ("api", {"shoal.server", "shoal.pipeline"}),
         ("pgwire", {"shoal.api", "shoal.server", "shoal.pipeline"}),
+        (
+            "promwrite",
+            {"shoal.wal", "shoal.storage", "shoal.query", "shoal.api", "shoal.server"},
+        ),
     ],
 )
 def test_dependencies_point_one_way(layer: str, forbidden: set[str]) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from shoal.api import otlp_http, prometheus, tokens
+from shoal.api import otlp_http, prometheus, remote_write, tokens
 from shoal.api.auth import Authenticator
 from shoal.api.ingest import IngestHandler
 from shoal.api.status import classify
@@ -63,6 +63,7 @@ def create_app(services: AppServices) -> FastAPI:
     app.state.query_service = services.query_service
     app.include_router(otlp_http.router)
     app.include_router(prometheus.router)
+    app.include_router(remote_write.router)
     app.include_router(tokens.router)
 
     @app.exception_handler(ShoalError)

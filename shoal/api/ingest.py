@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Protocol
 
@@ -42,6 +42,9 @@ from shoal.api.status import classify
 logger = logging.getLogger(__name__)
 
 SIGNALS = ("metrics", "logs", "spans")
+
+Decoder = Callable[[bytes], otlp.DecodeResult]
+"""A request body -> the rows of its signal's table."""
 
 
 def _settle(future: asyncio.Future[int], value: int, error: BaseException | None) -> None:
@@ -180,10 +183,12 @@ class IngestHandler:
         self._executor = executor
         self._max_error_chars = max_error_chars
 
-    def _job(self, tenant: str, signal: str, body: bytes, json: bool, ack: Ack) -> None:
+    def _job(
+        self, tenant: str, signal: str, body: bytes, json: bool, ack: Ack, decode: Decoder | None
+    ) -> None:
         """Worker thread: decode, then hand the rows to the sink; never raises."""
         try:
-            result = otlp.decode(signal, body, json=json)
+            result = decode(body) if decode is not None else otlp.decode(signal, body, json=json)
             ack.rejected = result.rejected
             ack.errors = result.errors
             if result.table.num_rows:
@@ -194,17 +199,22 @@ class IngestHandler:
         except BaseException as exc:
             ack.fail(exc)
 
-    async def ingest(self, tenant: str, signal: str, body: bytes, json: bool) -> IngestOutcome:
-        """Raises DecodeError, OverloadedError, WAL errors and the like; the caller maps them."""
+    async def ingest(
+        self, tenant: str, signal: str, body: bytes, json: bool, decode: Decoder | None = None
+    ) -> IngestOutcome:
+        """Raises DecodeError, OverloadedError, WAL errors and the like; the caller maps them.
+
+        ``decode`` replaces the OTLP decoder of ``signal`` (remote write brings its own);
+        it runs on the worker thread."""
         self.sink.check_admission()
         if not body:
             return IngestOutcome(0, 0, "")
         ack = Ack(asyncio.get_running_loop())
         if self._executor is None:
-            self._job(tenant, signal, body, json, ack)
+            self._job(tenant, signal, body, json, ack, decode)
         else:
             # A plain submit: the job's completion does not wake the loop, the ack does.
-            self._executor.submit(self._job, tenant, signal, body, json, ack)
+            self._executor.submit(self._job, tenant, signal, body, json, ack, decode)
         try:
             # Shielded: a client that goes away must not cancel the acknowledgement.
             await asyncio.shield(ack.future)

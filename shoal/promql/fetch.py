@@ -36,9 +36,13 @@ class MetricInfo:
     monotonic: bool | None
     temporality: int | None
     description: str
+    verbatim: bool = False
+    """Written by Prometheus remote write: the name is already Prometheus'."""
 
     @property
     def base(self) -> str:
+        if self.verbatim:
+            return self.otlp_name
         return mapping.metric_name(self.otlp_name, self.unit, self.metric_type, self.monotonic)
 
     @property
@@ -411,6 +415,7 @@ def _info_at(table: pa.Table, i: int) -> MetricInfo:
         table.column("is_monotonic")[i].as_py(),
         table.column("aggregation_temporality")[i].as_py(),
         "",
+        "verbatim" in table.column_names and bool(table.column("verbatim")[i].as_py()),
     )
 
 

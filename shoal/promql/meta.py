@@ -107,7 +107,7 @@ async def metadata(
         entry = {
             "type": mapping.prom_type(info.metric_type, info.monotonic, info.temporality),
             "help": info.description,
-            "unit": mapping.UNITS.get(info.unit, ""),
+            "unit": info.unit if info.verbatim else mapping.UNITS.get(info.unit, ""),
         }
         if entry not in out.setdefault(base, []):
             out[base].append(entry)
@@ -133,6 +133,7 @@ async def exemplars(
                 row["is_monotonic"],
                 row["aggregation_temporality"],
                 "",
+                bool(row["verbatim"]),
             )
             attributes = {str(k): str(v) for k, v in row["attributes"] or []}
             resource = {str(k): str(v) for k, v in row["resource_attributes"] or []}

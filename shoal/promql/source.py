@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from shoal.errors import PromQLError
 from shoal.promql.fetch import MetricInfo, target_keys
+from shoal.promwrite import SCOPE
 from shoal.query.service import QueryService
 
 COLUMNS = (
@@ -29,6 +30,8 @@ SERIES_COLUMNS = (
     "metric_name, metric_type, metric_unit, is_monotonic, aggregation_temporality, series_id, "
     "attributes, resource_attributes, explicit_bounds, quantile_values"
 )
+VERBATIM = f"coalesce(scope_name, '') = '{SCOPE}' AS verbatim"
+"""Whether a row came by remote write (its name is kept as written; see fetch.MetricInfo)."""
 
 
 class SampleSource(Protocol):
@@ -103,8 +106,8 @@ class QuerySource:
     async def catalog(self, start_ms: int, end_ms: int) -> list[MetricInfo]:
         sql = (
             "SELECT metric_name, metric_type, metric_unit, is_monotonic, "
-            "aggregation_temporality, max(metric_description) AS description FROM metrics "
-            f"WHERE {_time_filter(start_ms, end_ms)} GROUP BY 1, 2, 3, 4, 5"
+            f"aggregation_temporality, {VERBATIM}, max(metric_description) AS description "
+            f"FROM metrics WHERE {_time_filter(start_ms, end_ms)} GROUP BY 1, 2, 3, 4, 5, 6"
         )
         table = await self._run(sql)
         out = []
@@ -117,6 +120,7 @@ class QuerySource:
                     row["is_monotonic"],
                     row["aggregation_temporality"],
                     str(row["description"] or ""),
+                    bool(row["verbatim"]),
                 )
             )
         return out
@@ -149,9 +153,9 @@ class QuerySource:
         )
         lo, hi = firsts.column("lo")[0].as_py(), firsts.column("hi")[0].as_py()
         if lo is None or hi is None:
-            return pa.table({c: [] for c in SERIES_COLUMNS.split(", ")})
+            return pa.table({c: [] for c in [*SERIES_COLUMNS.split(", "), "verbatim"]})
         rows = await self._run(
-            f"SELECT {SERIES_COLUMNS}, time_unix_nano FROM metrics WHERE {names}"
+            f"SELECT {SERIES_COLUMNS}, {VERBATIM}, time_unix_nano FROM metrics WHERE {names}"
             f"{_time_filter(int(lo) // 1_000_000, int(hi) // 1_000_000)}"
         )
         return first_per_series(rows)
@@ -160,7 +164,7 @@ class QuerySource:
         names = ", ".join(_quote(n) for n in sorted(set(otlp_names)))
         sql = (
             "SELECT metric_name, metric_type, metric_unit, is_monotonic, aggregation_temporality, "
-            "series_id, attributes, resource_attributes, explicit_bounds, exemplars "
+            f"{VERBATIM}, series_id, attributes, resource_attributes, explicit_bounds, exemplars "
             f"FROM metrics WHERE metric_name IN ({names}) AND {_time_filter(start_ms, end_ms)} "
             "AND array_length(exemplars) > 0"
         )

@@ -1,0 +1,100 @@
+"""Prometheus remote write: ``POST /api/v1/write`` (Remote-Write 1.0 and 2.0).
+
+The message comes from ``Content-Type`` (``proto=io.prometheus.write.v2.Request`` for
+2.0, 1.0 otherwise), the body is snappy's block format. The rows go through the same
+path as OTLP (queue, WAL, fsync before the answer) with the same token, role, tenancy,
+size limit and backpressure. Answers: 204 once every sample is durable (2.0 with the
+``X-Prometheus-Remote-Write-*-Written`` headers); 400 for what can never succeed, with
+what was wrong (also when some series were refused and the others stored, as the
+specification requires); 415 for a content type or encoding it cannot read; 429 or
+503 with ``Retry-After`` only when a retry can succeed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, Request, Response
+
+from shoal.api.auth import Authenticator
+from shoal.api.ingest import IngestHandler, Stopwatch
+from shoal.api.status import classify
+from shoal.errors import PayloadTooLargeError, UnsupportedMediaTypeError
+from shoal.otlp import DecodeResult
+from shoal.promwrite import decode as promwrite
+from shoal.promwrite import snappy
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter()
+
+WRITTEN = "X-Prometheus-Remote-Write-{}-Written"
+
+
+async def _read(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLargeError(limit)
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise PayloadTooLargeError(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _encoding(request: Request) -> None:
+    encoding = request.headers.get("content-encoding", "snappy").strip().lower()
+    if encoding != "snappy":
+        raise UnsupportedMediaTypeError(
+            f"unsupported content encoding {encoding!r}: remote write bodies are snappy"
+        )
+
+
+@router.post("/api/v1/write", include_in_schema=False)
+async def write(request: Request) -> Response:
+    watch = Stopwatch()
+    ingest: IngestHandler = request.app.state.ingest
+    authenticator: Authenticator = request.app.state.authenticator
+    limit: int = request.app.state.max_body_bytes
+    tenant = "-"
+    counts = {"Samples": 0, "Histograms": 0, "Exemplars": 0}
+    message = promwrite.V1
+    try:
+        principal = authenticator.check(request.headers.get("authorization"), "ingest")
+        tenant = principal.tenant
+        message = promwrite.message_of(request.headers.get("content-type", ""))
+        _encoding(request)
+        ingest.sink.check_admission()
+        body = await _read(request, limit)
+
+        def decode(raw: bytes) -> DecodeResult:
+            written = promwrite.decode(snappy.decompress(raw, limit), message)
+            counts["Samples"] = written.samples
+            counts["Exemplars"] = written.exemplars
+            return written.result
+
+        outcome = await ingest.ingest(tenant, "metrics", body, False, decode)
+    except Exception as exc:
+        status = classify(exc, request.app.state.retry_after_s)
+        if status.http >= 500:
+            logger.error("remote write failed: %s", exc, exc_info=status.http == 500)
+        ingest.metrics.request("metrics", "remote_write", tenant, str(status.http), watch.elapsed())
+        headers = {}
+        if status.retry_after_s is not None:
+            headers["Retry-After"] = str(max(1, round(status.retry_after_s)))
+        return Response(f"{exc}\n", status.http, headers=headers, media_type="text/plain")
+    headers = {}
+    if message == promwrite.V2:
+        headers = {WRITTEN.format(kind): str(n) for kind, n in counts.items()}
+    if outcome.rejected:
+        ingest.metrics.request("metrics", "remote_write", tenant, "400", watch.elapsed())
+        text = (
+            f"{outcome.rejected} samples refused, {outcome.accepted} stored: "
+            f"{outcome.error_message}\n"
+        )
+        return Response(text, 400, headers=headers, media_type="text/plain")
+    ingest.metrics.request("metrics", "remote_write", tenant, "204", watch.elapsed())
+    return Response(status_code=204, headers=headers)

@@ -1,0 +1,117 @@
+"""The Prometheus remote-write messages, described in code and compiled by protobuf.
+
+Remote-Write 1.0's ``prometheus.WriteRequest`` and 2.0's ``io.prometheus.write.v2.Request``
+carry labels, float samples, exemplars and metadata; the message classes are built at
+import from descriptors written here (field numbers as the specifications define them),
+so decoding runs in protobuf's C implementation. Native histograms (field ``histograms``
+of either version) are kept as undecoded bytes: a request that carries them is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+_F = descriptor_pb2.FieldDescriptorProto
+
+
+def _field(
+    message: descriptor_pb2.DescriptorProto,
+    name: str,
+    number: int,
+    kind: int,
+    repeated: bool = False,
+    type_name: str = "",
+) -> None:
+    field = message.field.add(name=name, number=number, type=kind)
+    field.label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
+    if type_name:
+        field.type_name = type_name
+
+
+def _file(
+    package: str, build: dict[str, list[tuple[Any, ...]]]
+) -> descriptor_pb2.FileDescriptorProto:
+    proto = descriptor_pb2.FileDescriptorProto(
+        name=f"shoal/{package.replace('.', '/')}.proto", package=package, syntax="proto3"
+    )
+    for message_name, fields in build.items():
+        message = proto.message_type.add(name=message_name)
+        for spec in fields:
+            _field(message, *spec)
+    return proto
+
+
+_V1 = _file(
+    "prometheus",
+    {
+        "WriteRequest": [
+            ("timeseries", 1, _F.TYPE_MESSAGE, True, ".prometheus.TimeSeries"),
+            ("metadata", 3, _F.TYPE_MESSAGE, True, ".prometheus.MetricMetadata"),
+        ],
+        "TimeSeries": [
+            ("labels", 1, _F.TYPE_MESSAGE, True, ".prometheus.Label"),
+            ("samples", 2, _F.TYPE_MESSAGE, True, ".prometheus.Sample"),
+            ("exemplars", 3, _F.TYPE_MESSAGE, True, ".prometheus.Exemplar"),
+            ("histograms", 4, _F.TYPE_BYTES, True),
+        ],
+        "Label": [("name", 1, _F.TYPE_STRING), ("value", 2, _F.TYPE_STRING)],
+        "Sample": [("value", 1, _F.TYPE_DOUBLE), ("timestamp", 2, _F.TYPE_INT64)],
+        "Exemplar": [
+            ("labels", 1, _F.TYPE_MESSAGE, True, ".prometheus.Label"),
+            ("value", 2, _F.TYPE_DOUBLE),
+            ("timestamp", 3, _F.TYPE_INT64),
+        ],
+        "MetricMetadata": [
+            ("type", 1, _F.TYPE_INT32),
+            ("metric_family_name", 2, _F.TYPE_STRING),
+            ("help", 4, _F.TYPE_STRING),
+            ("unit", 5, _F.TYPE_STRING),
+        ],
+    },
+)
+
+_V2 = _file(
+    "io.prometheus.write.v2",
+    {
+        "Request": [
+            ("symbols", 4, _F.TYPE_STRING, True),
+            ("timeseries", 5, _F.TYPE_MESSAGE, True, ".io.prometheus.write.v2.TimeSeries"),
+        ],
+        "TimeSeries": [
+            ("labels_refs", 1, _F.TYPE_UINT32, True),
+            ("samples", 2, _F.TYPE_MESSAGE, True, ".io.prometheus.write.v2.Sample"),
+            ("histograms", 3, _F.TYPE_BYTES, True),
+            ("exemplars", 4, _F.TYPE_MESSAGE, True, ".io.prometheus.write.v2.Exemplar"),
+            ("metadata", 5, _F.TYPE_MESSAGE, False, ".io.prometheus.write.v2.Metadata"),
+            ("created_timestamp", 6, _F.TYPE_INT64),
+        ],
+        "Sample": [("value", 1, _F.TYPE_DOUBLE), ("timestamp", 2, _F.TYPE_INT64)],
+        "Exemplar": [
+            ("labels_refs", 1, _F.TYPE_UINT32, True),
+            ("value", 2, _F.TYPE_DOUBLE),
+            ("timestamp", 3, _F.TYPE_INT64),
+        ],
+        "Metadata": [
+            ("type", 1, _F.TYPE_INT32),
+            ("help_ref", 3, _F.TYPE_UINT32),
+            ("unit_ref", 4, _F.TYPE_UINT32),
+        ],
+    },
+)
+
+_POOL = descriptor_pool.DescriptorPool()
+_POOL.Add(_V1)
+_POOL.Add(_V2)
+
+WriteRequest: Any = message_factory.GetMessageClass(
+    _POOL.FindMessageTypeByName("prometheus.WriteRequest")
+)
+V2Request: Any = message_factory.GetMessageClass(
+    _POOL.FindMessageTypeByName("io.prometheus.write.v2.Request")
+)
+
+V1_TYPES = {0: "unknown", 1: "counter", 2: "gauge", 3: "histogram", 4: "gaugehistogram",
+            5: "summary", 6: "info", 7: "stateset"}  # fmt: skip
+"""``MetricMetadata.type`` of 1.0 and ``Metadata.type`` of 2.0 (same numbers)."""
