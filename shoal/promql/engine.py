@@ -17,7 +17,7 @@ import numpy as np
 
 from shoal.errors import PromQLError
 from shoal.promql import aggregate, binary, fetch, functions, mapping, ranges, tree
-from shoal.promql.model import F64, I64, NAME, Matrix, Series, Vec
+from shoal.promql.model import F64, I64, NAME, Matrix, Series, Vec, latest
 from shoal.promql.source import SampleSource
 from shoal.promql.tree import Aggregate, Binary, Call, Neg, Node, Num, Selector, Str, Subquery
 
@@ -155,17 +155,7 @@ class Evaluator:
     def instant(self, sel: Selector, ts: I64) -> Vec:
         eff = (np.full(len(ts), sel.at_ms) if sel.at_ms is not None else ts) - sel.offset_ms
         labels, values, present = [], [], []
-        for s in self.data.get(id(sel), []):
-            if not len(s.t):
-                continue
-            idx = np.searchsorted(s.t, eff, side="right") - 1
-            ok = idx >= 0
-            idx = np.maximum(idx, 0)
-            ok &= s.t[idx] >= eff - LOOKBACK_MS
-            if s.stale is not None:
-                ok &= ~s.stale[idx]
-            if not ok.any():
-                continue
+        for s, idx, ok in latest(self.data.get(id(sel), []), eff, LOOKBACK_MS):
             labels.append(s.labels)
             values.append(s.v[idx])
             present.append(ok)

@@ -11,7 +11,18 @@ import numpy as np
 
 from shoal.errors import PromQLError
 from shoal.promql import ranges
-from shoal.promql.model import F64, I64, NAME, LabelKey, Labels, Matrix, Vec, key, merge_rows
+from shoal.promql.model import (
+    F64,
+    I64,
+    NAME,
+    LabelKey,
+    Labels,
+    Matrix,
+    Vec,
+    key,
+    latest,
+    merge_rows,
+)
 from shoal.promql.tree import Call, Selector
 
 if TYPE_CHECKING:
@@ -121,36 +132,31 @@ def _label_replace(vec: Vec, dst: str, repl: str, src: str, regex: str) -> Vec:
         if m is None:
             labels.append(dict(lab))
             continue
-        out = dict(lab)
-        value = _expand(repl, m)
-        if value:
-            out[dst] = value
-        else:
-            out.pop(dst, None)
-        labels.append(out)
+        labels.append(_with_label(lab, dst, _expand(repl, m)))
     return merge_rows(labels, vec.values, vec.present)
+
+
+def _with_label(labels: Labels, name: str, value: str) -> Labels:
+    """``labels`` with ``name`` set to ``value``; an empty value removes the label."""
+    out = dict(labels)
+    if value:
+        out[name] = value
+    else:
+        out.pop(name, None)
+    return out
 
 
 def _label_join(vec: Vec, dst: str, sep: str, srcs: list[str]) -> Vec:
     labels = []
     for lab in vec.labels:
-        out = dict(lab)
-        value = sep.join(lab.get(s, "") for s in srcs)
-        if value:
-            out[dst] = value
-        else:
-            out.pop(dst, None)
-        labels.append(out)
+        labels.append(_with_label(lab, dst, sep.join(lab.get(s, "") for s in srcs)))
     return merge_rows(labels, vec.values, vec.present)
 
 
 def _bucket_quantile(q: float, les: F64, counts: F64) -> float:
-    if np.isnan(q):
-        return float("nan")
-    if q < 0:
-        return float("-inf")
-    if q > 1:
-        return float("inf")
+    outside = ranges.quantile_outside(q)
+    if outside is not None:
+        return outside
     order = np.argsort(les, kind="stable")
     les, counts = les[order], counts[order]
     if not np.isinf(les[-1]) or les[-1] < 0:
@@ -355,19 +361,10 @@ def _timestamps(ev: Evaluator, sel: Selector, ts: I64) -> Vec:
 
     eff = (np.full(len(ts), sel.at_ms) if sel.at_ms is not None else ts) - sel.offset_ms
     labels, values, present = [], [], []
-    for s in ev.data.get(id(sel), []):
-        if not len(s.t):
-            continue
-        idx = np.searchsorted(s.t, eff, side="right") - 1
-        ok = idx >= 0
-        idx = np.maximum(idx, 0)
-        ok &= s.t[idx] >= eff - LOOKBACK_MS
-        if s.stale is not None:
-            ok &= ~s.stale[idx]
-        if ok.any():
-            labels.append({k: v for k, v in s.labels.items() if k != NAME})
-            values.append(s.t[idx] / 1000.0)
-            present.append(ok)
+    for s, idx, ok in latest(ev.data.get(id(sel), []), eff, LOOKBACK_MS):
+        labels.append({k: v for k, v in s.labels.items() if k != NAME})
+        values.append(s.t[idx] / 1000.0)
+        present.append(ok)
     if not labels:
         return Vec.empty(len(ts))
     return merge_rows(labels, np.vstack(values), np.vstack(present))

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -118,3 +118,22 @@ def merge_rows(labels: Iterable[Labels], values: F64, present: Mask) -> Vec:
             out_v[g][m] = values[r][m]
             out_p[g] |= m
     return Vec(out_l, out_v, out_p)
+
+
+def latest(
+    series: Iterable[Series], eff: I64, lookback_ms: int
+) -> Iterator[tuple[Series, I64, Mask]]:
+    """Per series, at each evaluation time of ``eff``: the index of its latest sample no
+    older than ``lookback_ms`` and whether there is one (a stale marker counts as none).
+    Series with no such sample at any time are left out."""
+    for s in series:
+        if not len(s.t):
+            continue
+        idx = np.searchsorted(s.t, eff, side="right") - 1
+        ok = idx >= 0
+        idx = np.maximum(idx, 0)
+        ok &= s.t[idx] >= eff - lookback_ms
+        if s.stale is not None:
+            ok &= ~s.stale[idx]
+        if ok.any():
+            yield s, idx, ok

@@ -162,13 +162,21 @@ def _over_time(kind: str) -> RangeFn:
     return fn
 
 
-def _quantile(q: float, values: F64) -> float:
+def quantile_outside(q: float) -> float | None:
+    """What a quantile outside [0, 1] (or NaN) answers, as Prometheus defines it; None inside."""
     if np.isnan(q):
         return float("nan")
     if q < 0:
         return float("-inf")
     if q > 1:
         return float("inf")
+    return None
+
+
+def _quantile(q: float, values: F64) -> float:
+    outside = quantile_outside(q)
+    if outside is not None:
+        return outside
     ordered = np.sort(values)
     rank = q * (len(ordered) - 1)
     low = int(np.floor(rank))
