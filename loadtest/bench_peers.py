@@ -1,0 +1,270 @@
+"""shoal beside Prometheus and VictoriaMetrics on the same remote-write samples.
+
+``python -m loadtest.bench_peers [--duration 20] [--repeat 2] [--workers 4]``
+
+16,000 series, 1,000 samples per request (a thousand series, one sample each, the
+sixteen groups in turn, timestamps advancing each round). The bodies are encoded before
+each run by the sender processes; then the senders post them as fast as they are
+acknowledged, over keep-alive connections, for ``--duration`` seconds. Each server
+(Debian's ``prometheus`` with its remote-write receiver, ``victoria-metrics``, and
+``shoal serve`` by remote write and by OTLP/HTTP) starts on a fresh data dir, in turn,
+``--repeat`` times interleaved. Printed per run: samples/s, ack p50/p99, the server's
+CPU per million samples and its peak RSS; then the median per server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import multiprocessing as mp
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from loadtest import payloads, remote_write
+from loadtest.ingest import ServerProcess, free_port
+from loadtest.prometheus import Prometheus
+
+SERIES = 16_000
+PER_REQUEST = 1_000
+GROUPS = SERIES // PER_REQUEST
+
+
+def _rw_bodies(groups: list[int], rounds: range, t0_ms: int) -> list[bytes]:
+    """Remote-write bodies; each series' labels are encoded once, its samples per round."""
+    out = []
+    for g in groups:
+        labels = [
+            b"".join(
+                remote_write._field(1, remote_write._label(k, v))
+                for k, v in sorted(
+                    {
+                        "__name__": f"bench_metric_{(g * PER_REQUEST + i) % 50}",
+                        "job": "bench",
+                        "instance": f"host-{(g * PER_REQUEST + i) // 50}",
+                        "shard": str(i % 8),
+                    }.items()
+                )
+            )
+            for i in range(PER_REQUEST)
+        ]
+        for r in rounds:
+            t = t0_ms + r * 1000
+            body = b"".join(
+                remote_write._field(
+                    1, lab + remote_write._field(2, remote_write._sample(t, float((r + i) % 997)))
+                )
+                for i, lab in enumerate(labels)
+            )
+            out.append(remote_write.compress(body))
+    return out
+
+
+def _otlp_bodies(groups: list[int], rounds: range, t0_ms: int) -> list[bytes]:
+    """OTLP bodies: one request per group, its timestamps moved for each round."""
+    out = []
+    for g in groups:
+        request = payloads.metrics_request(points=PER_REQUEST, series=SERIES, seed=g)
+        points = [
+            p
+            for rm in request.resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            for p in (m.gauge.data_points if m.HasField("gauge") else m.sum.data_points)
+        ]
+        base = [p.time_unix_nano for p in points]
+        for r in rounds:
+            shift = (t0_ms + r * 1000) * 1_000_000 - min(base)
+            for p, t in zip(points, base, strict=True):
+                p.time_unix_nano = t + shift
+            out.append(bytes(request.SerializeToString()))
+    return out
+
+
+def _sender(args: tuple[Any, ...]) -> tuple[int, list[float]]:
+    port, path, headers, kind, worker, workers, rounds, start, duration, t0_ms = args
+    encode = _rw_bodies if kind == "rw" else _otlp_bodies
+    # each worker its own groups, round after round: samples of a series stay in order
+    mine = [g for g in range(GROUPS) if g % workers == worker]
+    per_group = encode(mine, range(rounds), t0_ms)
+    bodies = [per_group[i * rounds + r] for r in range(rounds) for i in range(len(mine))]
+    start.wait()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    latencies: list[float] = []
+    sent = 0
+    deadline = time.monotonic() + duration
+    for body in bodies:
+        if time.monotonic() >= deadline:
+            break
+        began = time.perf_counter()
+        conn.request("POST", path, body=body, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        if response.status >= 300:
+            raise RuntimeError(f"{kind} answered {response.status}")
+        latencies.append((time.perf_counter() - began) * 1000)
+        sent += PER_REQUEST
+    conn.close()
+    return sent, latencies
+
+
+def _watch(pid: int, stop: threading.Event, peak: list[int]) -> None:
+    process = psutil.Process(pid)
+    while not stop.is_set():
+        try:
+            rss = process.memory_info().rss
+            for child in process.children(recursive=True):
+                rss += child.memory_info().rss
+        except psutil.Error:
+            return
+        peak[0] = max(peak[0], rss)
+        time.sleep(0.2)
+
+
+def _cpu(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def _victoria(tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
+    binary = shutil.which("victoria-metrics")
+    assert binary, "victoria-metrics is not installed (apt-get install victoria-metrics)"
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, f"-storageDataPath={tmp / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}",
+         "-retentionPeriod=100y", "-loggerLevel=ERROR"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
+                return proc, port
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("victoria-metrics did not start")
+
+
+def run_one(name: str, tmp: Path, duration: float, workers: int) -> dict[str, float]:
+    stop_server: Callable[[], None]
+    rw_headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy",
+                  "X-Prometheus-Remote-Write-Version": "0.1.0"}  # fmt: skip
+    if name == "prometheus":
+        prom = Prometheus(tmp).start()
+        assert prom.proc is not None
+        pid, port, path, headers, kind = prom.proc.pid, prom.port, "/api/v1/write", rw_headers, "rw"
+        stop_server = prom.stop
+    elif name == "victoria-metrics":
+        proc, port = _victoria(tmp)
+        pid, path, headers, kind = proc.pid, "/api/v1/write", rw_headers, "rw"
+
+        def stop_server() -> None:
+            proc.terminate()
+            proc.wait(30)
+    else:
+        server = ServerProcess(tmp / "data", env={"SHOAL_LOG_LEVEL": "warning"}).start()
+        assert server.proc is not None
+        pid, port = server.proc.pid, server.http_port
+        if name == "shoal (remote write)":
+            path, headers, kind = "/api/v1/write", rw_headers, "rw"
+        else:
+            path, headers, kind = "/v1/metrics", {"Content-Type": "application/x-protobuf"}, "otlp"
+        stop_server = server.kill
+    try:
+        # at most 9.6M samples: a peer faster than that sends them all before the end
+        rounds = min(max(2, int(duration * 1_000_000 / SERIES)), 600)
+        t0_ms = int(time.time() * 1000) - rounds * 1000 - 60_000
+        with mp.Manager() as manager:
+            start = manager.Event()
+            with mp.Pool(workers) as pool:
+                jobs = [
+                    (port, path, headers, kind, w, workers, rounds, start, duration, t0_ms)
+                    for w in range(workers)
+                ]
+                result = pool.map_async(_sender, jobs)
+                time.sleep(3)  # the senders encode their bodies
+                while not result.ready() and _encoding(pool):
+                    time.sleep(0.5)
+                peak = [0]
+                stop = threading.Event()
+                watcher = threading.Thread(target=_watch, args=(pid, stop, peak), daemon=True)
+                watcher.start()
+                cpu0, began = _cpu(pid), time.monotonic()
+                start.set()
+                outcomes = result.get()
+                elapsed = time.monotonic() - began
+                cpu = _cpu(pid) - cpu0
+                stop.set()
+    finally:
+        stop_server()
+    samples = sum(s for s, _ in outcomes)
+    latencies = sorted(x for _, lat in outcomes for x in lat)
+    return {
+        "samples/s": samples / elapsed,
+        "ack p50 ms": latencies[len(latencies) // 2],
+        "ack p99 ms": latencies[int(len(latencies) * 0.99)],
+        "CPU s per 1M samples": cpu / samples * 1e6,
+        "server cores": cpu / elapsed,
+        "peak RSS MB": peak[0] / 1e6,
+    }
+
+
+def _encoding(pool: Any) -> bool:
+    """Whether the sender processes still use CPU (they encode before the start)."""
+    try:
+        children = [psutil.Process(p.pid) for p in pool._pool]
+        return sum(c.cpu_percent(interval=0.3) for c in children) > 20
+    except psutil.Error:
+        return False
+
+
+SERVERS = ("prometheus", "victoria-metrics", "shoal (remote write)", "shoal (OTLP)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench_peers")
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--servers", default=",".join(SERVERS))
+    args = parser.parse_args(argv)
+    chosen = [s.strip() for s in args.servers.split(",")]
+    results: dict[str, list[dict[str, float]]] = {s: [] for s in chosen}
+    for repetition in range(args.repeat):
+        for name in chosen:
+            with tempfile.TemporaryDirectory(prefix="shoal-peers-") as tmp:
+                print(f"[{repetition + 1}/{args.repeat}] {name} ...", file=sys.stderr, flush=True)
+                row = run_one(name, Path(tmp), args.duration, args.workers)
+                results[name].append(row)
+                print(
+                    f"    {row['samples/s']:,.0f} samples/s, p99 {row['ack p99 ms']:.1f} ms, "
+                    f"peak RSS {row['peak RSS MB']:.0f} MB",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    keys = list(next(iter(results.values()))[0])
+    print("| server | " + " | ".join(keys) + " |")
+    print("|---|" + "---|" * len(keys))
+    for name, rows in results.items():
+        cells = []
+        for k in keys:
+            values = [r[k] for r in rows]
+            med = statistics.median(values)
+            cells.append(f"{med:,.0f}" if med >= 100 else f"{med:.2f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
