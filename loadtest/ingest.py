@@ -65,6 +65,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports (each socket stays bound until all are chosen: the kernel
+    may hand out a port it just gave back)."""
+    sockets = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            sockets.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 class ServerProcess:
     """``shoal serve`` as a subprocess on free ports."""
 
@@ -81,9 +96,10 @@ class ServerProcess:
         self.data_dir = Path(data_dir)
         # the ``shoal`` entry point beside the interpreter running this code
         self.shoal = shoal or Path(sys.executable).with_name("shoal")
-        self.http_port = http_port or free_port()
-        self.grpc_port = grpc_port or free_port()
-        self.pg_port = pg_port or free_port()
+        spare = iter(free_ports(3))
+        self.http_port = http_port or next(spare)
+        self.grpc_port = grpc_port or next(spare)
+        self.pg_port = pg_port or next(spare)
         self.extra_env = dict(env or {})
         self.log_path = log_path or self.data_dir.parent / f"{self.data_dir.name}-server.log"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -158,3 +158,17 @@ def check_port_free(bind: str, port: int, setting: str) -> None:
     if port == 0:
         return
     bind_socket(bind, port, setting).close()
+
+
+def check_distinct_ports(ports: dict[str, int]) -> None:
+    """Raise StartupError when two listeners are given the same port (0 picks a free one).
+
+    Both sockets set SO_REUSEADDR before either listens, so the kernel would let them
+    share a port and hand each connection to either listener."""
+    seen: dict[int, str] = {}
+    for setting, port in ports.items():
+        if port and port in seen:
+            raise StartupError(
+                f"{seen[port]} and {setting} are both {port}: give each listener its own port"
+            )
+        seen[port] = setting

@@ -320,6 +320,10 @@ class ServerRuntime:
         # Bind both ports before starting either listener: a taken port is one line
         # naming the setting, not a traceback from each listener.
         bind = self.config.bind
+        preflight.check_distinct_ports(
+            {"http_port": self.config.http_port, "grpc_port": self.config.grpc_port}
+            | ({"pg_port": self.config.pg_port} if self.pg_enabled else {})
+        )
         http_socket = preflight.bind_socket(bind, self.config.http_port, "http_port")
         try:
             preflight.check_port_free(bind, self.config.grpc_port, "grpc_port")

@@ -140,3 +140,11 @@ def test_cgroup_v1_limit(tmp_path: Path) -> None:
     (box / "memory.limit_in_bytes").write_text(f"{512 * MiB}\n")
     (tmp_path / "fs" / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
     assert preflight.cgroup_memory_limit(proc, tmp_path / "fs") == 512 * MiB
+
+
+def test_two_listeners_on_one_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    port = str(free_port())
+    done = _serve(tmp_path, SHOAL_HTTP_PORT=port, SHOAL_GRPC_PORT=port)
+    assert done.returncode == 2, done.stderr
+    assert f"http_port and grpc_port are both {port}" in done.stderr
+    assert "Traceback" not in done.stderr
