@@ -1,4 +1,8 @@
-"""Prometheus remote-write bodies -> rows of the ``metrics`` table.
+"""Prometheus remote-write bodies -> rows of the ``metrics`` table, column by column.
+
+ptars turns the message into Arrow (one struct per series, its labels and samples as
+lists); labels, names and metadata are then handled per series with Arrow and NumPy,
+and the per-series columns are repeated for their samples with ``take``.
 
 The rows are stored so that the PromQL view (:mod:`shoal.promql.mapping`) reads back
 exactly the labels that were written: the scope ``prometheus.remote_write`` tells the
@@ -14,12 +18,13 @@ no-recorded-value flag, which the view reads as staleness.
 from __future__ import annotations
 
 import dataclasses
-import struct
-from collections.abc import Iterable, Iterator
+import functools
+import threading
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shoal.errors import DecodeError, UnsupportedMediaTypeError
 from shoal.otlp.columns import hash_text
@@ -32,7 +37,11 @@ V1 = "prometheus.WriteRequest"
 V2 = "io.prometheus.write.v2.Request"
 STALE_NAN = 0x7FF0000000000002
 NO_RECORDED_VALUE = 1
-_COUNTER_SUFFIXES = ("_total", "")
+_SPECIAL = ("__name__", "job", "instance")
+_FAMILY_SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created", "_info")
+_EXEMPLARS = METRICS_SCHEMA.field("exemplars").type
+_MAP = pa.map_(pa.string(), pa.string())
+_lock = threading.Lock()
 
 
 def message_of(content_type: str) -> str:
@@ -65,244 +74,353 @@ class Written:
     exemplars: int
 
 
+@functools.cache
+def _handler(message: str) -> Any:
+    from ptars._lib import ProtoRegistry
+
+    registry = ProtoRegistry([proto.V1_FILE.SerializeToString(), proto.V2_FILE.SerializeToString()])
+    return registry.create_for_message(message, None)
+
+
+def decode(body: bytes, message: str) -> Written:
+    """Decode an uncompressed (snappy already undone) remote-write body of ``message``."""
+    with _lock:
+        handler = _handler(message)
+    try:
+        batch: pa.RecordBatch = handler.list_to_record_batch([body])
+    except Exception as exc:  # ptars raises plain runtime errors for bad wire data
+        raise DecodeError(f"body is not a valid {message}: {exc}") from None
+    series = batch.column("timeseries").flatten()
+    if len(series) and pc.max(pc.list_value_length(series.field("histograms"))).as_py():
+        raise DecodeError("native histograms are not supported")
+    if message == V2:
+        symbols: pa.Array | None = batch.column("symbols")[0].values
+        parts = _v2(batch, series)
+    else:
+        symbols = None
+        parts = _v1(batch, series)
+    return _rows(series, *parts, symbols)
+
+
+@dataclasses.dataclass
+class _Labels:
+    """Every label of every series, flattened: the series it belongs to, name, value."""
+
+    owner: np.ndarray[Any, Any]
+    names: pa.Array
+    values: pa.Array
+
+
+def _v1(
+    batch: pa.RecordBatch, series: pa.StructArray
+) -> tuple[_Labels, list[Meta], np.ndarray[Any, Any]]:
+    labels = series.field("labels")
+    flat = labels.flatten()
+    found = _Labels(_owners(labels), flat.field("name"), flat.field("value"))
+    metadata = {
+        m["metric_family_name"]: Meta(
+            proto.V1_TYPES.get(m["type"], "unknown"), m["metric_family_name"], m["help"], m["unit"]
+        )
+        for m in batch.column("metadata")[0].as_py() or []
+    }
+    names = _names(found, len(series))
+    if not metadata:  # 1.0 sends metadata in requests of their own
+        return found, [Meta()] * len(series), np.zeros(len(series), dtype=np.int64)
+    per_name = {name: _family_meta(str(name or ""), metadata) for name in set(names)}
+    return found, [per_name[name] for name in names], np.zeros(len(series), dtype=np.int64)
+
+
+def _v2(
+    batch: pa.RecordBatch, series: pa.StructArray
+) -> tuple[_Labels, list[Meta], np.ndarray[Any, Any]]:
+    symbols = batch.column("symbols")[0].values
+    if len(series) and (len(symbols) == 0 or symbols[0].as_py() != ""):
+        raise DecodeError("the symbols table must start with the empty string")
+    refs = series.field("labels_refs")
+    if (
+        len(series)
+        and pc.any(pc.not_equal(pc.bit_wise_and(pc.list_value_length(refs), 1), 0)).as_py()
+    ):
+        raise DecodeError("a series' labels_refs has an odd length")
+    flat = _symbols(symbols, refs.flatten())
+    owners = _owners(refs)[0::2]
+    found = _Labels(owners, flat.take(pa.array(np.arange(0, len(flat), 2))),
+                    flat.take(pa.array(np.arange(1, len(flat), 2))))  # fmt: skip
+    meta = series.field("metadata")
+    kinds = meta.field("type").to_numpy(zero_copy_only=False)
+    helps = _symbols(symbols, meta.field("help_ref")).to_pylist()
+    units = _symbols(symbols, meta.field("unit_ref")).to_pylist()
+    names = _names(found, len(series))
+    metas = [
+        Meta(proto.V1_TYPES.get(int(k), "unknown"), str(n or ""), h, u)
+        for k, n, h, u in zip(kinds, names, helps, units, strict=True)
+    ]
+    created = series.field("created_timestamp").to_numpy(zero_copy_only=False)
+    return found, metas, np.asarray(created, dtype=np.int64)
+
+
+def _symbols(symbols: pa.Array, refs: pa.Array) -> pa.Array:
+    if len(refs) and pc.max(refs).as_py() >= len(symbols):
+        raise DecodeError("a symbol reference is beyond the symbols table")
+    return symbols.take(refs)
+
+
+def _owners(lists: pa.ListArray) -> np.ndarray[Any, Any]:
+    return np.asarray(pc.list_parent_indices(lists).to_numpy(), dtype=np.int64)
+
+
+def _names(labels: _Labels, n: int) -> list[str | None]:
+    """Each series' ``__name__`` (None when it has none); checks the label sets too."""
+    if len(labels.names) and pc.any(pc.equal(pc.utf8_length(labels.names), 0)).as_py():
+        raise DecodeError("a label has an empty name")
+    if len(labels.names):
+        keys = pa.table({"o": labels.owner, "n": labels.names})
+        dup = keys.group_by(["o", "n"]).aggregate([([], "count_all")])
+        if pc.max(dup.column("count_all")).as_py() > 1:
+            raise DecodeError("a label name appears twice in one series")
+    return list(_pick(labels, "__name__", n))
+
+
+def _pick(labels: _Labels, name: str, n: int) -> np.ndarray[Any, Any]:
+    """Per series, the value of label ``name`` (None where absent or empty)."""
+    out = np.full(n, None, dtype=object)
+    mask = pc.and_(pc.equal(labels.names, name), pc.not_equal(labels.values, "")).to_numpy(
+        zero_copy_only=False
+    )
+    out[labels.owner[mask]] = labels.values.filter(pa.array(mask)).to_numpy(zero_copy_only=False)
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
-class _Meta:
+class Meta:
     kind: str = "unknown"
     family: str = ""
     help: str = ""
     unit: str = ""
 
 
-@dataclasses.dataclass
-class _Series:
-    labels: dict[str, str]
-    samples: list[tuple[float, int]]
-    exemplars: list[tuple[dict[str, str], float, int]]
-    meta: _Meta
-    created_ms: int = 0
-
-
-def decode(body: bytes, message: str) -> Written:
-    """Decode an uncompressed (snappy already undone) remote-write body of ``message``."""
-    try:
-        series = list(_v2(body) if message == V2 else _v1(body))
-    except DecodeError:
-        raise
-    except Exception as exc:  # protobuf's parse errors carry no useful type
-        raise DecodeError(f"body is not a valid {message}: {exc}") from None
-    return _rows(series)
-
-
-def _labels(pairs: Iterable[tuple[str, str]], where: str) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    for name, value in pairs:
-        if not name:
-            raise DecodeError(f"{where}: a label has an empty name")
-        if name in labels:
-            raise DecodeError(f"{where}: label {name!r} appears twice")
-        if value:
-            labels[name] = value
-    return labels
-
-
-def _v1(body: bytes) -> Iterator[_Series]:
-    request = proto.WriteRequest.FromString(body)
-    metadata = {
-        m.metric_family_name: _Meta(proto.V1_TYPES.get(m.type, "unknown"), m.metric_family_name,
-                                    m.help, m.unit)
-        for m in request.metadata
-    }  # fmt: skip
-    for i, ts in enumerate(request.timeseries):
-        if len(ts.histograms):
-            raise DecodeError(f"series {i}: native histograms are not supported")
-        labels = _labels(((lb.name, lb.value) for lb in ts.labels), f"series {i}")
-        exemplars = [
-            (_labels(((lb.name, lb.value) for lb in e.labels), f"series {i} exemplar"),
-             e.value, e.timestamp)
-            for e in ts.exemplars
-        ]  # fmt: skip
-        yield _Series(
-            labels,
-            [(s.value, s.timestamp) for s in ts.samples],
-            exemplars,
-            _family_meta(labels.get("__name__", ""), metadata),
-        )
-
-
-def _family_meta(name: str, metadata: dict[str, _Meta]) -> _Meta:
+def _family_meta(name: str, metadata: dict[str, Meta]) -> Meta:
     """1.0 sends metadata per family: ``foo`` for ``foo_bucket``, ``foo_total`` or ``foo``."""
-    for suffix in ("", "_total", "_bucket", "_sum", "_count", "_created", "_info"):
+    for suffix in _FAMILY_SUFFIXES:
         if suffix and not name.endswith(suffix):
             continue
         found = metadata.get(name[: len(name) - len(suffix)] if suffix else name)
         if found is not None:
             return found
-    return _Meta()
+    return Meta()
 
 
-def _v2(body: bytes) -> Iterator[_Series]:
-    request = proto.V2Request.FromString(body)
-    symbols = list(request.symbols)
-    if request.timeseries and (not symbols or symbols[0] != ""):
-        raise DecodeError("the symbols table must start with the empty string")
-
-    def text(ref: int, where: str) -> str:
-        if ref >= len(symbols):
-            raise DecodeError(f"{where}: symbol reference {ref} is beyond the table")
-        return str(symbols[ref])
-
-    def pairs(refs: Any, where: str) -> dict[str, str]:
-        if len(refs) % 2:
-            raise DecodeError(f"{where}: labels_refs has an odd length")
-        refs = list(refs)
-        return _labels(
-            ((text(refs[j], where), text(refs[j + 1], where)) for j in range(0, len(refs), 2)),
-            where,
-        )
-
-    for i, ts in enumerate(request.timeseries):
-        where = f"series {i}"
-        if len(ts.histograms):
-            raise DecodeError(f"{where}: native histograms are not supported")
-        labels = pairs(ts.labels_refs, where)
-        meta = ts.metadata
-        yield _Series(
-            labels,
-            [(s.value, s.timestamp) for s in ts.samples],
-            [(pairs(e.labels_refs, where), e.value, e.timestamp) for e in ts.exemplars],
-            _Meta(
-                proto.V1_TYPES.get(meta.type, "unknown"),
-                labels.get("__name__", ""),
-                text(meta.help_ref, where),
-                text(meta.unit_ref, where),
-            ),
-            ts.created_timestamp,
-        )
+@functools.lru_cache(maxsize=1 << 16)
+def _entry_hash(key: str, value: str) -> int:
+    return hash_text(key, "", value)
 
 
-def _is_stale(value: float) -> bool:
-    return value != value and struct.unpack("<Q", struct.pack("<d", value))[0] == STALE_NAN
+@functools.lru_cache(maxsize=1 << 16)
+def _name_hash(name: str) -> int:
+    return hash_text(name)
 
 
-def _map(items: list[list[tuple[str, str]]]) -> pa.MapArray:
-    return pa.array(items, pa.map_(pa.string(), pa.string()))
-
-
-def _set_hash(items: Iterable[tuple[str, str]]) -> int:
-    return sum(hash_text(k, "", v) for k, v in items) % (1 << 64)
-
-
-def _rows(series: list[_Series]) -> Written:
-    columns: dict[str, list[Any]] = {
-        name: []
-        for name in (
-            "time_unix_nano", "start_time_unix_nano", "metric_name", "metric_description",
-            "metric_unit", "metric_type", "aggregation_temporality", "is_monotonic",
-            "attributes", "value", "flags", "metric_metadata", "service_name",
-            "resource_attributes", "exemplars",
-        )
-    }  # fmt: skip
-    hashes: list[tuple[int, int, int]] = []
-    errors: list[str] = []
-    rejected = exemplar_count = 0
-    for number, s in enumerate(series):
-        labels = dict(s.labels)
-        name = labels.pop("__name__", "")
-        if not name:
-            rejected += len(s.samples)
-            errors.append(f"series {number}: no __name__ label")
-            continue
-        resource: dict[str, str] = {}
-        job = labels.pop("job", "")
-        if job:
-            namespace, service = job.split("/", 1) if "/" in job else ("", job)
-            resource["service.name"] = service
-            if namespace:
-                resource["service.namespace"] = namespace
-        instance = labels.pop("instance", "")
-        if instance:
-            resource["service.instance.id"] = instance
-        counter = s.meta.kind == "counter" and any(
-            name == s.meta.family + suffix for suffix in _COUNTER_SUFFIXES
-        )
-        attributes = sorted(labels.items())
-        resource_items = sorted(resource.items())
-        metadata = [("prometheus.type", s.meta.kind)]
-        if s.meta.family:
-            metadata.append(("prometheus.family", s.meta.family))
-        examples = [
-            {
-                "time_unix_nano": ts * 1_000_000,
-                "value": value,
-                "value_int": None,
-                "trace_id": ex.get("trace_id"),
-                "span_id": ex.get("span_id"),
-                "filtered_attributes": [
-                    (k, v) for k, v in sorted(ex.items()) if k not in ("trace_id", "span_id")
-                ],
-                "filtered_attributes_types": [],
-            }
-            for ex, value, ts in s.exemplars
-        ]
-        exemplar_count += len(examples)
-        ids = (hash_text(name), _set_hash(attributes), _set_hash(resource_items))
-        for k, (value, t_ms) in enumerate(s.samples):
-            stale = _is_stale(value)
-            columns["time_unix_nano"].append(t_ms * 1_000_000)
-            columns["start_time_unix_nano"].append(s.created_ms * 1_000_000)
-            columns["metric_name"].append(name)
-            columns["metric_description"].append(s.meta.help or None)
-            columns["metric_unit"].append(s.meta.unit or None)
-            columns["metric_type"].append("sum" if counter else "gauge")
-            columns["aggregation_temporality"].append(2 if counter else None)
-            columns["is_monotonic"].append(True if counter else None)
-            columns["attributes"].append(attributes)
-            columns["value"].append(float("nan") if stale else value)
-            columns["flags"].append(NO_RECORDED_VALUE if stale else 0)
-            columns["metric_metadata"].append(metadata)
-            columns["service_name"].append(resource.get("service.name"))
-            columns["resource_attributes"].append(resource_items)
-            columns["exemplars"].append(examples if k == len(s.samples) - 1 else [])
-            hashes.append(ids)
-    return Written(
-        DecodeResult(_table(columns, hashes), len(hashes), rejected, errors),
-        len(hashes),
-        exemplar_count,
+def _set_hashes(owner: np.ndarray[Any, Any], keys: list[str], values: list[str], n: int) -> Any:
+    hashes = np.fromiter(
+        (_entry_hash(k, v) for k, v in zip(keys, values, strict=True)), np.uint64, len(keys)
     )
+    out = np.zeros(n, dtype=np.uint64)
+    np.add.at(out, owner, hashes)
+    return out
 
 
-def _table(columns: dict[str, list[Any]], hashes: list[tuple[int, int, int]]) -> pa.Table:
-    n = len(hashes)
-    ns = np.array(columns["time_unix_nano"], dtype=np.int64)
-    start = np.array(columns["start_time_unix_nano"], dtype=np.int64)
-    h = np.array(hashes, dtype=np.uint64).reshape(n, 3)
-    empty = _map([[] for _ in range(n)])
-    arrays: dict[str, pa.Array] = {
-        "timestamp": pa.array(ns // 1000, pa.timestamp("us", tz="UTC")),
-        "time_unix_nano": pa.array(ns),
-        "start_timestamp": pa.array(
-            np.where(start > 0, start // 1000, 0), pa.timestamp("us", tz="UTC"), mask=start <= 0
-        ),
-        "start_time_unix_nano": pa.array(start),
-        "series_id": series_ids(h[:, 0], h[:, 1], h[:, 2]),
-        "attributes": _map(columns["attributes"]),
-        "attributes_types": empty,
-        "metric_metadata": _map(columns["metric_metadata"]),
-        "metric_metadata_types": empty,
-        "resource_attributes": _map(columns["resource_attributes"]),
-        "resource_attributes_types": empty,
-        "scope_name": pa.array([SCOPE] * n, pa.string()),
-        "scope_attributes": empty,
-        "scope_attributes_types": empty,
-        "resource_dropped_attributes_count": pa.array(np.zeros(n, dtype=np.int64)),
-        "scope_dropped_attributes_count": pa.array(np.zeros(n, dtype=np.int64)),
+def _resource(
+    job: np.ndarray[Any, Any], instance: np.ndarray[Any, Any]
+) -> tuple[pa.MapArray, np.ndarray[Any, Any], pa.Array]:
+    """Per series: its resource attributes from job (``ns/name`` or ``name``) and
+    instance, their set hash, and the service name; computed once per distinct pair."""
+    distinct: dict[tuple[Any, Any], int] = {}
+    index = np.fromiter(
+        (distinct.setdefault(pair, len(distinct)) for pair in zip(job, instance, strict=True)),
+        np.int64,
+        len(job),
+    )
+    entries: list[list[tuple[str, str]]] = []
+    for j, inst in distinct:
+        items: list[tuple[str, str]] = []
+        if j:
+            namespace, name = j.split("/", 1) if "/" in j else ("", j)
+            items.append(("service.name", name))
+            if namespace:
+                items.append(("service.namespace", namespace))
+        if inst:
+            items.append(("service.instance.id", inst))
+        entries.append(sorted(items))
+    hashes = np.array(
+        [sum(_entry_hash(k, v) for k, v in items) % (1 << 64) for items in entries],
+        dtype=np.uint64,
+    )
+    services = pa.array([dict(items).get("service.name") for items in entries], pa.string())
+    take = pa.array(index)
+    return pa.array(entries, _MAP).take(take), hashes[index], services.take(take)
+
+
+def _map(owner: np.ndarray[Any, Any], keys: pa.Array, values: pa.Array, n: int) -> pa.MapArray:
+    """A map per series from entries sorted by series (``owner`` ascending)."""
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(owner, minlength=n), out=offsets[1:])
+    return pa.MapArray.from_arrays(pa.array(offsets), keys, values)
+
+
+def _rows(
+    series: pa.StructArray,
+    labels: _Labels,
+    metas: list[Meta],
+    created_ms: np.ndarray[Any, Any],
+    symbols: pa.Array | None,
+) -> Written:
+    n_series = len(series)
+    names = _pick(labels, "__name__", n_series)
+    named = names != None  # noqa: E711 (element-wise)
+    samples = series.field("samples")
+    counts = np.asarray(pc.list_value_length(samples).to_numpy(zero_copy_only=False))
+    errors = [f"series {i}: no __name__ label" for i in np.flatnonzero(~named)[:10]]
+    rejected = int(counts[~named].sum())
+    # attributes: every label but __name__, job and instance, with a value
+    keep = pc.and_(
+        pc.invert(pc.is_in(labels.names, pa.array(_SPECIAL))), pc.not_equal(labels.values, "")
+    ).to_numpy(zero_copy_only=False)
+    a_owner = labels.owner[keep]
+    a_keys = labels.names.filter(pa.array(keep))
+    a_values = labels.values.filter(pa.array(keep))
+    order = np.argsort(a_owner, kind="stable")
+    a_owner, a_keys, a_values = a_owner[order], a_keys.take(order), a_values.take(order)
+    attributes = _map(a_owner, a_keys, a_values, n_series)
+    resource, resource_hash, service = _resource(
+        _pick(labels, "job", n_series), _pick(labels, "instance", n_series)
+    )
+    name_index: dict[Any, int] = {}
+    by_name = np.fromiter(
+        (name_index.setdefault(x, len(name_index)) for x in names), np.int64, n_series
+    )
+    name_hash = np.array([_name_hash(str(x or "")) for x in name_index], dtype=np.uint64)[by_name]
+    point_hash = _set_hashes(a_owner, a_keys.to_pylist(), a_values.to_pylist(), n_series)
+    # what the metadata decides, once per distinct (metadata, name)
+    meta_index: dict[tuple[Meta, Any], int] = {}
+    by_meta = pa.array(
+        np.fromiter(
+            (meta_index.setdefault(k, len(meta_index)) for k in zip(metas, names, strict=True)),
+            np.int64,
+            n_series,
+        )
+    )
+    distinct = list(meta_index)
+    counter = [
+        m.kind == "counter" and bool(x) and (x == m.family or x == m.family + "_total")
+        for m, x in distinct
+    ]
+    metadata_rows = [
+        [("prometheus.type", m.kind)] + ([("prometheus.family", m.family)] if m.family else [])
+        for m, _ in distinct
+    ]
+    per_meta: dict[str, pa.Array] = {
+        "metric_description": pa.array([m.help or None for m, _ in distinct], pa.string()),
+        "metric_unit": pa.array([m.unit or None for m, _ in distinct], pa.string()),
+        "metric_type": pa.array(["sum" if c else "gauge" for c in counter], pa.string()),
+        "aggregation_temporality": pa.array([2 if c else None for c in counter], pa.int32()),
+        "is_monotonic": pa.array([True if c else None for c in counter], pa.bool_()),
+        "metric_metadata": pa.array(metadata_rows, _MAP),
     }
-    out = []
-    for field in METRICS_SCHEMA:
-        if field.name in arrays:
-            out.append(arrays[field.name])
-        elif field.name in columns:
-            out.append(pa.array(columns[field.name], field.type))
-        else:
-            out.append(pa.nulls(n, field.type))
-    return pa.Table.from_arrays(out, schema=METRICS_SCHEMA)
+    per_series: dict[str, pa.Array] = {
+        "metric_name": pa.array(names, pa.string()),
+        "start_time_unix_nano": pa.array(created_ms * 1_000_000),
+        "series_id": series_ids(name_hash, point_hash, resource_hash),
+        "attributes": attributes,
+        "resource_attributes": resource,
+        "service_name": service,
+        **{name: array.take(by_meta) for name, array in per_meta.items()},
+    }
+    owner = _owners(samples)
+    take = np.flatnonzero(named[owner])
+    owner = owner[take]
+    flat = samples.flatten()
+    values = flat.field("value").to_numpy(zero_copy_only=False)[take]
+    t_ms = flat.field("timestamp").to_numpy(zero_copy_only=False)[take].astype(np.int64)
+    n = len(owner)
+    index = pa.array(owner)
+    columns = {name: array.take(index) for name, array in per_series.items()}
+    stale = values.view(np.uint64) == np.uint64(STALE_NAN)
+    start = created_ms[owner] * 1_000_000
+    empty = pa.array([[]], _MAP).take(pa.array(np.zeros(n, dtype=np.int64)))
+    exemplars, exemplar_count = _exemplars(series, owner, counts, named, n, symbols)
+    columns.update(
+        {
+            "timestamp": pa.array(t_ms * 1000, pa.timestamp("us", tz="UTC")),
+            "time_unix_nano": pa.array(t_ms * 1_000_000),
+            "start_timestamp": pa.array(
+                start // 1000, pa.timestamp("us", tz="UTC"), mask=start <= 0
+            ),
+            "value": pa.array(np.where(stale, np.nan, values)),
+            "flags": pa.array(np.where(stale, NO_RECORDED_VALUE, 0).astype(np.int64)),
+            "exemplars": exemplars,
+            "attributes_types": empty,
+            "metric_metadata_types": empty,
+            "resource_attributes_types": empty,
+            "scope_name": pa.array(np.full(n, SCOPE, dtype=object), pa.string()),
+            "scope_attributes": empty,
+            "scope_attributes_types": empty,
+            "resource_dropped_attributes_count": pa.array(np.zeros(n, dtype=np.int64)),
+            "scope_dropped_attributes_count": pa.array(np.zeros(n, dtype=np.int64)),
+        }
+    )
+    out = [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in METRICS_SCHEMA]
+    table = pa.Table.from_arrays(out, schema=METRICS_SCHEMA)
+    return Written(DecodeResult(table, n, rejected, errors), n, exemplar_count)
+
+
+def _exemplars(
+    series: pa.StructArray,
+    owner: np.ndarray[Any, Any],
+    counts: np.ndarray[Any, Any],
+    named: np.ndarray[Any, Any],
+    n: int,
+    symbols: pa.Array | None,
+) -> tuple[pa.Array, int]:
+    """The exemplars column: a series' exemplars on its last sample of the request."""
+    lengths = pc.list_value_length(series.field("exemplars")).to_numpy(zero_copy_only=False)
+    with_any = np.flatnonzero((lengths > 0) & named & (counts > 0))
+    if not len(with_any):
+        return pa.ListArray.from_arrays(
+            pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], _EXEMPLARS.value_type)
+        ), 0
+    rows: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+    last_row = {int(s): int(r) for r, s in enumerate(owner)}  # the last row of each series
+    total = 0
+    for s in with_any:
+        items = series[int(s)].as_py()["exemplars"]
+        out = []
+        for ex in items:
+            labels = _exemplar_labels(ex, symbols)
+            out.append(
+                {
+                    "time_unix_nano": ex["timestamp"] * 1_000_000,
+                    "value": ex["value"],
+                    "value_int": None,
+                    "trace_id": labels.get("trace_id"),
+                    "span_id": labels.get("span_id"),
+                    "filtered_attributes": [
+                        (k, v)
+                        for k, v in sorted(labels.items())
+                        if k not in ("trace_id", "span_id")
+                    ],
+                    "filtered_attributes_types": [],
+                }
+            )
+        rows[last_row[int(s)]] = out
+        total += len(out)
+    return pa.array(rows, _EXEMPLARS), total
+
+
+def _exemplar_labels(ex: dict[str, Any], symbols: pa.Array | None) -> dict[str, str]:
+    if symbols is None:
+        return {lb["name"]: lb["value"] for lb in ex["labels"] if lb["value"]}
+    refs = ex["labels_refs"]
+    if len(refs) % 2 or any(r >= len(symbols) for r in refs):
+        raise DecodeError("an exemplar's labels_refs are odd or beyond the symbols table")
+    texts = [symbols[r].as_py() for r in refs]
+    return {texts[i]: texts[i + 1] for i in range(0, len(texts), 2) if texts[i + 1]}

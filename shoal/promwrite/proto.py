@@ -1,17 +1,17 @@
-"""The Prometheus remote-write messages, described in code and compiled by protobuf.
+"""The Prometheus remote-write messages, described in code.
 
 Remote-Write 1.0's ``prometheus.WriteRequest`` and 2.0's ``io.prometheus.write.v2.Request``
-carry labels, float samples, exemplars and metadata; the message classes are built at
-import from descriptors written here (field numbers as the specifications define them),
-so decoding runs in protobuf's C implementation. Native histograms (field ``histograms``
-of either version) are kept as undecoded bytes: a request that carries them is refused.
+carry labels, float samples, exemplars and metadata; their descriptors are written here
+(field numbers as the specifications define them) and handed to ptars, which decodes a
+body straight into Arrow. Native histograms (field ``histograms`` of either version) are
+described as undecoded bytes: a request that carries them is refused.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
 
 _F = descriptor_pb2.FieldDescriptorProto
 
@@ -43,7 +43,7 @@ def _file(
     return proto
 
 
-_V1 = _file(
+V1_FILE = _file(
     "prometheus",
     {
         "WriteRequest": [
@@ -72,7 +72,7 @@ _V1 = _file(
     },
 )
 
-_V2 = _file(
+V2_FILE = _file(
     "io.prometheus.write.v2",
     {
         "Request": [
@@ -99,17 +99,6 @@ _V2 = _file(
             ("unit_ref", 4, _F.TYPE_UINT32),
         ],
     },
-)
-
-_POOL = descriptor_pool.DescriptorPool()
-_POOL.Add(_V1)
-_POOL.Add(_V2)
-
-WriteRequest: Any = message_factory.GetMessageClass(
-    _POOL.FindMessageTypeByName("prometheus.WriteRequest")
-)
-V2Request: Any = message_factory.GetMessageClass(
-    _POOL.FindMessageTypeByName("io.prometheus.write.v2.Request")
 )
 
 V1_TYPES = {0: "unknown", 1: "counter", 2: "gauge", 3: "histogram", 4: "gaugehistogram",
