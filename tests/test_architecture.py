@@ -69,3 +69,32 @@ def test_layer_rules_are_not_vacuous() -> None:
     # The checks above must be looking at real code.
     assert len(_modules("wal")) > 1
     assert any("pyarrow" in _imports(p) for p in _modules("otlp"))
+
+
+def _documented_layers() -> dict[str, set[str]]:
+    """The package table of docs/architecture.md: package -> the packages it may import."""
+    doc = (PKG.parent / "docs" / "architecture.md").read_text()
+    table: dict[str, set[str]] = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`shoal."):
+            continue
+        allowed = {a.split(" ")[0] for a in cells[2].split(", ")}
+        for name in cells[0].replace("`", "").split(", "):
+            table[name.removeprefix("shoal.")] = allowed
+    return table
+
+
+@pytest.mark.parametrize(
+    "layer", ["wal", "otlp", "storage", "query", "promql", "promwrite", "pgwire", "pipeline"]
+)
+def test_the_documented_table_matches_the_imports(layer: str) -> None:
+    allowed = _documented_layers()[layer] | {layer, "config", "errors"} - {"stdlib"}
+    for path in _modules(layer):
+        used = {m.split(".")[1] for m in _imports(path) if m.startswith("shoal.")}
+        extra = used - allowed
+        assert not extra, f"{path.relative_to(PKG)} imports {sorted(extra)}, not in the table"
+    for name in _documented_layers()[layer] - {"errors", "config", "stdlib"}:
+        assert any(m.startswith(f"shoal.{name}") for p in _modules(layer) for m in _imports(p)), (
+            f"docs/architecture.md lets {layer} import {name}, which it does not"
+        )

@@ -46,7 +46,8 @@ from shoal.storage.types import ScanFile
 logger = logging.getLogger(__name__)
 
 SESSION_OPTIONS: dict[str, str] = {
-    # Parquet strings come back as `string`, exactly the frozen schema (FINDINGS 3).
+    # Parquet strings come back as `string`, exactly the frozen schema: a union whose
+    # inputs differ in type gets a cast above the scan, and filters no longer reach it.
     "datafusion.execution.parquet.schema_force_view_types": "false",
     # Row-group pruning with statistics and the page index (both default on; pinned here).
     "datafusion.execution.parquet.pruning": "true",

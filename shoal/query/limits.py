@@ -1,11 +1,10 @@
 """Query limits: SQL size and complexity checks, and DataFusion errors as shoal errors.
 
 Planning cost in DataFusion grows quickly with the number of operators in one
-expression (FINDINGS 15: 5,000 ``+`` terms took about 40 s to plan; 1,000 take
-about a second), and planning cannot be interrupted, so the operator count is
-checked before the text reaches DataFusion. Nesting depth is already bounded
-by DataFusion's SQL parser (recursion limit 50), which answers with a clear
-error.
+expression (docs/rationale.md, "Query path"), and planning cannot be
+interrupted, so the operator count is checked before the text reaches
+DataFusion. Nesting depth is already bounded by DataFusion's SQL parser
+(recursion limit 50), which answers with a clear error.
 """
 
 from __future__ import annotations

@@ -194,16 +194,6 @@ def table_reads(plan: LogicalPlan, owners: Mapping[str, tuple[str, str]]) -> dic
     }
 
 
-def table_bounds(plan: LogicalPlan, owners: Mapping[str, tuple[str, str]]) -> dict[str, Bounds]:
-    """Per table, the union of the bounds of all its scans in ``plan``; a table is left out
-    when one of its scans is unbounded on both sides (nothing to prune)."""
-    return {
-        table: read.bounds
-        for table, read in table_reads(plan, owners).items()
-        if read.bounds is not None
-    }
-
-
 def within(span: TimeRange, bounds: Bounds | None) -> bool:
     """Whether all of ``span`` lies inside ``bounds`` (a time filter keeps every row)."""
     if bounds is None:

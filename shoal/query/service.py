@@ -241,12 +241,6 @@ class QueryService:
             admission.memory_budget(self.limits.memory_limit_bytes), self.limits.memory_bytes
         )
 
-    @classmethod
-    def from_config(
-        cls, config: Config, catalog: TableCatalog, snapshot: SnapshotSource | None
-    ) -> QueryService:
-        return cls(catalog, snapshot, limits_from_config(config))
-
     # -- step 1 -----------------------------------------------------------------
 
     def prepare(

@@ -223,10 +223,6 @@ class ServerRuntime:
         if loop is not None and stop is not None:
             loop.call_soon_threadsafe(stop.set)
 
-    def request_stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-
     def is_ready(self) -> bool:
         return self._ready
 

@@ -1,4 +1,4 @@
-"""fsync helpers: delta-rs's local object store does not fsync (FINDINGS 8), so shoal does."""
+"""fsync helpers: delta-rs's local object store does not fsync what it writes, so shoal does."""
 
 from __future__ import annotations
 
@@ -39,11 +39,3 @@ def make_dirs_durable(path: Path, stop_at: Path) -> None:
     for created in missing:
         fsync_dir(created.parent)
     fsync_dir(path)
-
-
-def write_bytes_durable(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file and fsync it (not its directory)."""
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())

@@ -5,7 +5,8 @@ so every file of a table looks the same to a reader:
 
 * a file holds rows of one hour of the time column and lives in
   ``hour=YYYY-MM-DDTHH/part-<uuid>.parquet`` of an *unpartitioned* Delta table
-  (the directory is layout only; files stay readable on their own, FINDINGS 4);
+  (the directory is layout only: a Hive partition value would live only in the
+  directory name, and a file read on its own would lack that column);
 * rows sorted by the table's sort columns (series first, then time);
 * zstd, dictionary encoding for string columns, statistics and page indexes,
   row groups of :data:`ROW_GROUP_ROWS` rows;
@@ -113,18 +114,6 @@ def writer_options(schema: pa.Schema, sort_columns: Sequence[str] = ()) -> dict[
             schema, [(c, "ascending") for c in sorting]
         )
     return options
-
-
-def spark_write_options() -> dict[str, str]:
-    """The same rules as Spark ``DataFrameWriter`` options (sort the rows before writing)."""
-    return {
-        "compression": COMPRESSION,
-        "parquet.compression.codec.zstd.level": str(COMPRESSION_LEVEL),
-        "parquet.enable.dictionary": "true",
-        "parquet.page.size": str(DATA_PAGE_BYTES),
-        "parquet.block.size": str(64 * 1024 * 1024),
-        "parquet.page.write-checksum.enabled": "true",
-    }
 
 
 def write_parquet(table: pa.Table, path: Path, spec: TableSpec) -> int:
