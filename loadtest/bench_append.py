@@ -34,7 +34,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from shoal.storage import TableStore
-from shoal.storage.importer import spec_for_file
+from shoal.storage.importer import import_files, spec_for_file
 
 ROOT = Path(".bench")
 DAY0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
@@ -107,7 +107,7 @@ def shoal_engine(where: Path, rewrite: bool) -> Iterator[Appender]:
     def append(path: Path) -> None:
         if not store.exists("bench", "trips"):
             store.open("bench", "trips", spec_for_file("trips", path, "pickup_at"))
-        store.open("bench", "trips").import_files([path], rewrite=rewrite)
+        import_files(store.open("bench", "trips"), [path], rewrite=rewrite)
 
     yield append
 

@@ -35,10 +35,10 @@ from deltalake import DeltaTable
 
 from loadtest.pipeline_data import metrics_table
 from shoal import config as config_mod
-from shoal.otlp.schema import METRICS_SCHEMA
+from shoal.schema import METRICS_SCHEMA
 from shoal.storage import layout
+from shoal.storage.commit import Commit, NewFile
 from shoal.storage.store import TableStore
-from shoal.storage.types import NewFile
 
 if TYPE_CHECKING:
     from shoal.pipeline.compact import CompactResult
@@ -100,7 +100,9 @@ def generate(root: Path, points: int, hours: int, files_per_hour: int, series: i
                 size = layout.write_parquet(piece, table.path / rel, table.spec)
                 adds.append(NewFile(rel, size))
         table.commit(
-            adds, [], operation="flush", read_version=table.snapshot().version, data_change=True
+            Commit(
+                "flush", tuple(adds), (), data_change=True, read_version=table.snapshot().version
+            )
         )
         print(f"  generated hour {h + 1}/{hours} ({time.perf_counter() - started:.0f} s)")
     done.write_text("ok\n")

@@ -42,10 +42,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from shoal.otlp.schema import METRICS_SCHEMA
 from shoal.query.limits import Limits
 from shoal.query.service import QueryService
-from shoal.query.source import MemorySnapshot
+from shoal.schema import METRICS_SCHEMA
+from shoal.storage.snapshot import MemorySnapshot
 from shoal.storage.store import TableStore
 
 HOUR_US = 3_600_000_000

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from shoal.otlp.schema import ATTRS, METRICS_SCHEMA
+from shoal.schema import ATTRS, METRICS_SCHEMA
 
 _ROUTES = np.array(["/", "/api/items", "/api/users", "/login", "/search"])
 _SERVICES = np.array(["checkout", "frontend", "payments", "inventory"])

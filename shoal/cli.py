@@ -13,7 +13,6 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from shoal import config as config_mod
 from shoal.errors import ShoalError
 
 # command path -> (module in shoal.commands, function)
@@ -200,13 +199,6 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--until", default=None, help="ISO 8601; hour to stop before")
         p.set_defaults(command_path=name)
     return parser
-
-
-def load_config(args: argparse.Namespace) -> config_mod.Config:
-    """Resolve settings for a command: defaults < --config < SHOAL_* < flags."""
-    flag_names = [s.name for s in config_mod.SETTINGS]
-    overrides = {name: getattr(args, name, None) for name in flag_names}
-    return config_mod.load(getattr(args, "config", None), overrides=overrides)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

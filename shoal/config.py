@@ -49,31 +49,27 @@ def _parse_size(raw: str) -> int:
     return value
 
 
-def _parse_positive_int(raw: str) -> int:
-    value = int(raw)
-    if value <= 0:
-        raise ValueError(f"must be a positive integer, got {raw!r}")
-    return value
+def _int_within(low: int, high: int | None, problem: str) -> Callable[[str], int]:
+    """A parser of integers in ``low..high`` (no upper bound when ``high`` is None)."""
+
+    def parse(raw: str) -> int:
+        value = int(raw)
+        if value < low or (high is not None and value > high):
+            raise ValueError(f"{problem}, got {raw!r}")
+        return value
+
+    return parse
 
 
-def _parse_non_negative_int(raw: str) -> int:
-    value = int(raw)
-    if value < 0:
-        raise ValueError(f"must be 0 or more, got {raw!r}")
-    return value
+_parse_positive_int = _int_within(1, None, "must be a positive integer")
+_parse_non_negative_int = _int_within(0, None, "must be 0 or more")
+_parse_port = _int_within(0, 65535, "port must be in 0..65535")
 
 
 def _parse_positive_float(raw: str) -> float:
     value = float(raw)
     if not value > 0:
         raise ValueError(f"must be a positive number, got {raw!r}")
-    return value
-
-
-def _parse_port(raw: str) -> int:
-    value = int(raw)
-    if not 0 <= value <= 65535:
-        raise ValueError(f"port must be in 0..65535, got {raw!r}")
     return value
 
 
@@ -352,31 +348,83 @@ SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """Resolved settings. Attribute access by setting name: ``config.http_port``."""
+    """Resolved settings, one typed attribute per setting: ``config.http_port``.
 
-    values: Mapping[str, Any]
-    sources: Mapping[str, str]
+    ``tests/test_config.py`` keeps the attributes and :data:`SETTINGS` the same
+    list; ``retention_days_by_table`` holds the ``retention_days_<table>``
+    overrides, ``sources`` where each value came from.
+    """
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.values[name]
-        except KeyError:
-            raise AttributeError(name) from None
+    data_dir: str
+    bind: str
+    http_port: int
+    grpc_port: int
+    pg_enabled: str
+    pg_port: int
+    pg_tls_cert: str
+    pg_tls_key: str
+    pg_max_connections: int
+    insecure: bool
+    log_level: str
+    shutdown_timeout_s: float
+    memory_limit_bytes: int
+    event_loop: str
+    wal_fsync: str
+    wal_segment_bytes: int
+    wal_max_record_bytes: int
+    wal_corruption_policy: str
+    max_body_bytes: int
+    http_read_timeout_s: float
+    grpc_max_message_bytes: int
+    queue_max_requests: int
+    queue_max_bytes: int
+    retry_after_s: int
+    flush_max_bytes: int
+    flush_max_age_s: float
+    coverage_bucket_s: int
+    checkpoint_interval: int
+    query_memory_bytes: int
+    query_timeout_s: float
+    query_max_sql_bytes: int
+    query_max_concurrency: int
+    query_max_rows: int
+    query_max_join_pairs: int
+    query_max_tenant_share: int
+    promql_max_samples: int
+    promql_promote_resource_attributes: str
+    retention_days: int
+    vacuum_retention_hours: float
+    compact_target_file_bytes: int
+    maintenance_commit_attempts: int
+    spark_master: str
+    spark_driver_memory: str
+    url: str
+    token: str
+    retention_days_by_table: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def data_path(self) -> Path:
-        return Path(self.values["data_dir"])
+        return Path(self.data_dir)
+
+    def value(self, name: str) -> object:
+        """A setting's value by name (for code that walks :data:`SETTINGS`)."""
+        if name not in SETTINGS_BY_NAME:
+            raise ConfigError(f"unknown setting {name!r}")
+        return getattr(self, name)
+
+    def retention_days_for(self, table: str) -> int:
+        """Days kept for ``table``: ``retention_days_<table>`` if set, else ``retention_days``."""
+        return self.retention_days_by_table.get(table, self.retention_days)
 
     def replace(self, **overrides: Any) -> Config:
         """A copy with settings overridden by already-typed values (used by tests)."""
         unknown = set(overrides) - set(SETTINGS_BY_NAME)
         if unknown:
             raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
-        values = dict(self.values)
-        values.update(overrides)
         sources = dict(self.sources)
         sources.update({k: "override" for k in overrides})
-        return Config(values, sources)
+        return dataclasses.replace(self, sources=sources, **overrides)
 
 
 def _convert(setting: Setting, raw: Any, source: str) -> Any:
@@ -431,17 +479,21 @@ def load(
         sources[setting.name] = source
 
     # Per-table retention overrides: retention_days_<table> from file or env.
+    by_table: dict[str, int] = {}
+    prefix = "retention_days_"
     for key, raw in file_values.items():
-        if key.startswith("retention_days_"):
-            values[key] = _convert(SETTINGS_BY_NAME["retention_days"], raw, str(config_file))
+        if key.startswith(prefix):
+            days = _convert(SETTINGS_BY_NAME["retention_days"], raw, str(config_file))
+            by_table[key.removeprefix(prefix)] = days
             sources[key] = str(config_file)
     for key, raw in environ.items():
         if key.startswith("SHOAL_RETENTION_DAYS_"):
             name = key[len("SHOAL_") :].lower()
-            values[name] = _convert(SETTINGS_BY_NAME["retention_days"], raw, f"${key}")
+            days = _convert(SETTINGS_BY_NAME["retention_days"], raw, f"${key}")
+            by_table[name.removeprefix(prefix)] = days
             sources[name] = f"${key}"
     _check_together(values, sources)
-    return Config(values, sources)
+    return Config(**values, retention_days_by_table=by_table, sources=sources)
 
 
 def _check_together(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:

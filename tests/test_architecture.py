@@ -40,10 +40,11 @@ def test_core_layers_import_no_web_or_metrics_framework(layer: str) -> None:
     [
         ("wal", {"shoal.otlp", "shoal.storage", "shoal.query", "shoal.api", "shoal.server"}),
         ("otlp", {"shoal.wal", "shoal.storage", "shoal.query", "shoal.api", "shoal.server"}),
-        ("storage", {"shoal.wal", "shoal.query", "shoal.api", "shoal.server"}),
-        ("query", {"shoal.api", "shoal.server", "shoal.pipeline"}),
+        ("storage", {"shoal.wal", "shoal.otlp", "shoal.query", "shoal.api", "shoal.server"}),
+        ("query", {"shoal.otlp", "shoal.api", "shoal.server", "shoal.pipeline"}),
         ("promql", {"shoal.api", "shoal.server", "shoal.pipeline"}),
         ("api", {"shoal.server", "shoal.pipeline"}),
+        ("pipeline", {"shoal.otlp", "shoal.query", "shoal.api", "shoal.server"}),
         ("pgwire", {"shoal.api", "shoal.server", "shoal.pipeline"}),
         (
             "promwrite",
@@ -55,6 +56,12 @@ def test_dependencies_point_one_way(layer: str, forbidden: set[str]) -> None:
     for path in _modules(layer):
         bad = {m for m in _imports(path) if any(m == f or m.startswith(f + ".") for f in forbidden)}
         assert not bad, f"{path.relative_to(PKG)} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("module", ["schema.py", "ack.py", "errors.py"])
+def test_the_seam_modules_import_no_other_layer(module: str) -> None:
+    used = {m for m in _imports(PKG / module) if m.startswith("shoal.")}
+    assert used <= {"shoal.errors"}, f"{module} imports {sorted(used)}"
 
 
 def test_only_the_pipeline_imports_pyspark() -> None:
@@ -86,7 +93,8 @@ def _documented_layers() -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize(
-    "layer", ["wal", "otlp", "storage", "query", "promql", "promwrite", "pgwire", "pipeline"]
+    "layer",
+    ["wal", "otlp", "storage", "query", "promql", "promwrite", "api", "pgwire", "pipeline"],
 )
 def test_the_documented_table_matches_the_imports(layer: str) -> None:
     allowed = _documented_layers()[layer] | {layer, "config", "errors"} - {"stdlib"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -69,14 +70,25 @@ def test_unknown_file_keys_and_bad_toml_are_rejected(tmp_path: Path) -> None:
 
 def test_per_table_retention() -> None:
     cfg = config.load(env={"SHOAL_RETENTION_DAYS_LOGS": "7"})
-    assert cfg.retention_days_logs == 7
-    assert cfg.retention_days == 30
+    assert cfg.retention_days_for("logs") == 7
+    assert cfg.retention_days_for("metrics") == cfg.retention_days == 30
 
 
 def test_sizes_parse_binary_units() -> None:
     cfg = config.load(env={"SHOAL_FLUSH_MAX_BYTES": "1.5KiB", "SHOAL_QUERY_MEMORY_BYTES": "1GiB"})
     assert cfg.flush_max_bytes == 1536
     assert cfg.query_memory_bytes == 1024**3
+
+
+def test_every_setting_is_a_typed_attribute() -> None:
+    fields = {f.name: f.type for f in dataclasses.fields(config.Config)}
+    names = [s.name for s in config.SETTINGS]
+    assert [n for n in fields if n not in ("retention_days_by_table", "sources")] == names
+    cfg = config.default()
+    for setting in config.SETTINGS:
+        value = getattr(cfg, setting.name)
+        assert type(value).__name__ == fields[setting.name], setting.name
+        assert value == setting.default or setting.parse(str(setting.default)) == value
 
 
 def test_every_setting_is_documented() -> None:

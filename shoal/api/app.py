@@ -11,19 +11,18 @@ it knows nothing of the WAL, the snapshot or prometheus_client.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from shoal.api import otlp_http, prometheus, remote_write, tokens
+from shoal.api import otlp_http, prometheus, remote_write, sql, tokens
 from shoal.api.auth import Authenticator
-from shoal.api.ingest import IngestHandler
+from shoal.api.ingest_handler import IngestHandler
 from shoal.api.status import classify
 from shoal.errors import QueryError, ShoalError, TableNotFoundError
+from shoal.query.service import QueryService
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ class AppServices:
     metrics_exposition: Callable[[], tuple[bytes, str]]
     max_body_bytes: int
     retry_after_s: float
-    query_service: Any = None
+    query_service: QueryService | None = None
 
 
 def _error_status(exc: ShoalError, retry_after_s: float) -> int:
@@ -95,12 +94,5 @@ def create_app(services: AppServices) -> FastAPI:
         body, content_type = services.metrics_exposition()
         return Response(body, media_type=content_type)
 
-    try:
-        sql = importlib.import_module("shoal.api.sql")
-    except ModuleNotFoundError as exc:
-        if exc.name != "shoal.api.sql":
-            raise
-        logger.debug("shoal.api.sql not present; SQL endpoint disabled")
-    else:
-        app.include_router(sql.router)
+    app.include_router(sql.router)
     return app

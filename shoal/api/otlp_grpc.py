@@ -15,7 +15,7 @@ import grpc
 from grpc import aio
 
 from shoal.api.auth import Authenticator, grpc_principal
-from shoal.api.ingest import IngestHandler, Stopwatch, export_response
+from shoal.api.ingest_handler import IngestHandler, Stopwatch, export_response
 from shoal.api.status import classify, grpc_trailing_metadata
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request, Response
 from google.protobuf import json_format
 
 from shoal.api.auth import Authenticator
-from shoal.api.ingest import IngestHandler, Stopwatch, export_response
+from shoal.api.ingest_handler import IngestHandler, Stopwatch, export_response
 from shoal.api.status import classify, http_error_body
 from shoal.errors import DecodeError, PayloadTooLargeError, UnsupportedMediaTypeError
 

@@ -17,7 +17,7 @@ import logging
 from fastapi import APIRouter, Request, Response
 
 from shoal.api.auth import Authenticator
-from shoal.api.ingest import IngestHandler, Stopwatch
+from shoal.api.ingest_handler import IngestHandler, Stopwatch
 from shoal.api.status import classify
 from shoal.errors import PayloadTooLargeError, UnsupportedMediaTypeError
 from shoal.otlp import DecodeResult

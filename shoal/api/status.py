@@ -1,4 +1,8 @@
-"""shoal errors as HTTP and gRPC statuses (the only place this mapping lives).
+"""shoal errors as HTTP and gRPC statuses: the mapping the ingest and admin routes share.
+
+The SQL and Prometheus routes add their own few cases on top (a query error
+is 400, a missing table 404; the Prometheus API answers in its own error
+format) and fall back to :func:`classify` for the rest.
 
 The OTLP specification decides the codes: malformed data is 400 /
 INVALID_ARGUMENT (not retryable); a full queue is 429 with ``Retry-After`` /

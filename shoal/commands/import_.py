@@ -6,10 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from shoal.cli import load_config
-from shoal.commands import open_store
-from shoal.otlp.schema import SIGNAL_TABLES
-from shoal.storage.importer import spec_for_file
+from shoal.commands import load_config, open_store
+from shoal.schema import SIGNAL_TABLES
+from shoal.storage.importer import import_files, spec_for_file
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
         end = "\n" if done == total or not interactive else ""
         print(f"\rstaged {done}/{total} files", end=end, file=sys.stderr, flush=True)
 
-    result = table.import_files(
+    result = import_files(
+        table,
         paths,
         time_column=args.time_column,
         allow_overlap=args.allow_overlap,

@@ -19,8 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from shoal.cli import load_config
-from shoal.commands import open_store
+from shoal.commands import load_config, open_store
 from shoal.errors import ConfigError, JobConflictError
 from shoal.storage.store import TableStore
 

@@ -8,7 +8,7 @@ import logging
 import os
 import platform
 
-from shoal.cli import load_config
+from shoal.commands import load_config
 
 ARROW_POOL = "system"
 """pyarrow's allocator in the server: the C library's malloc, not pyarrow's mimalloc.

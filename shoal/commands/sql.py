@@ -18,8 +18,7 @@ from typing import Any, BinaryIO, TextIO
 import httpx
 import pyarrow as pa
 
-from shoal.cli import load_config
-from shoal.commands import open_store
+from shoal.commands import load_config, open_store
 from shoal.config import Config
 from shoal.errors import QueryError
 from shoal.query.encoders import column_values

@@ -6,8 +6,7 @@ import argparse
 import datetime as dt
 from pathlib import Path
 
-from shoal.cli import load_config
-from shoal.commands import open_store
+from shoal.commands import load_config, open_store
 from shoal.config import Config
 from shoal.errors import ConfigError, TableNotFoundError, WalError
 from shoal.storage.table import Table

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from shoal.api.auth import TokenStore, first_token_note, parse_roles
-from shoal.cli import load_config
+from shoal.commands import load_config
 
 
 def _store(args: argparse.Namespace) -> TokenStore:

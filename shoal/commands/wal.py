@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from shoal.cli import load_config
+from shoal.commands import load_config
 from shoal.errors import WalError
 from shoal.wal.recovery import DAMAGED, TORN, SegmentStatus, inspect_directory
 from shoal.wal.segment import BROKEN_SUFFIX, list_segments

@@ -1,7 +1,7 @@
 """shoal.otlp: OTLP requests to Arrow tables with frozen schemas.
 
 ``decode(signal, body, json=False) -> DecodeResult`` is the whole interface;
-``shoal.otlp.schema`` holds the schemas and ``shoal.otlp.anyvalue`` the
+``shoal.schema`` holds the schemas and ``shoal.otlp.anyvalue`` the
 text encoding of attribute values.
 """
 

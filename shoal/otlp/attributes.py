@@ -22,7 +22,7 @@ from shoal.errors import DecodeError
 from shoal.otlp import anyvalue
 from shoal.otlp.cache import DecodeCache
 from shoal.otlp.columns import I64, U64, empty_maps, hash_text, list_offsets, sum_per_list
-from shoal.otlp.schema import ATTRS
+from shoal.schema import ATTRS
 
 _Entry = tuple[str, str, str | None, int]
 _cache: DecodeCache[bytes, _Entry] = DecodeCache(max_bytes=32 << 20, max_entries=200_000)

@@ -9,7 +9,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shoal.otlp.schema import ATTRS, UTC_US
+from shoal.schema import ATTRS, UTC_US
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]

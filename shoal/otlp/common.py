@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +17,9 @@ from shoal.errors import DecodeError
 from shoal.otlp import attributes
 from shoal.otlp.cache import DecodeCache
 from shoal.otlp.columns import I64, U64, Broadcast, list_offsets
-from shoal.otlp.schema import ATTRS
+from shoal.schema import ATTRS
+
+T = TypeVar("T")
 
 RESOURCE_SCOPE_COLUMNS = (
     "service_name",
@@ -101,30 +105,36 @@ _OVERHEAD = 500
 """Bytes of a cached resource or scope besides its serialized and decoded text."""
 
 
-def _resource(raw: bytes) -> _Resource:
-    hit = _resources.get(raw)
+def _decoded(cache: DecodeCache[bytes, T], raw: bytes, what: str, build: Callable[[bytes], T]) -> T:
+    """``build(raw)`` through ``cache``; a malformed message is a DecodeError naming ``what``."""
+    hit = cache.get(raw)
     if hit is None:
         try:
-            msg = Resource.FromString(raw)
+            hit = build(raw)
         except (ProtoDecodeError, RuntimeError) as exc:
-            raise DecodeError(f"resource: malformed message: {exc}") from None
-        attrs = attributes.decode_set(msg.attributes)
-        hit = _Resource(attrs.first("service.name"), attrs, msg.dropped_attributes_count)
-        _resources.put(raw, hit, _OVERHEAD + 3 * len(raw))
+            raise DecodeError(f"{what}: malformed message: {exc}") from None
+        cache.put(raw, hit, _OVERHEAD + 3 * len(raw))
     return hit
+
+
+def _build_resource(raw: bytes) -> _Resource:
+    msg = Resource.FromString(raw)
+    attrs = attributes.decode_set(msg.attributes)
+    return _Resource(attrs.first("service.name"), attrs, msg.dropped_attributes_count)
+
+
+def _build_scope(raw: bytes) -> _Scope:
+    msg = InstrumentationScope.FromString(raw)
+    attrs = attributes.decode_set(msg.attributes)
+    return _Scope(msg.name or None, msg.version or None, attrs, msg.dropped_attributes_count)
+
+
+def _resource(raw: bytes) -> _Resource:
+    return _decoded(_resources, raw, "resource", _build_resource)
 
 
 def _scope(raw: bytes) -> _Scope:
-    hit = _scopes.get(raw)
-    if hit is None:
-        try:
-            msg = InstrumentationScope.FromString(raw)
-        except (ProtoDecodeError, RuntimeError) as exc:
-            raise DecodeError(f"instrumentation scope: malformed message: {exc}") from None
-        attrs = attributes.decode_set(msg.attributes)
-        hit = _Scope(msg.name or None, msg.version or None, attrs, msg.dropped_attributes_count)
-        _scopes.put(raw, hit, _OVERHEAD + 3 * len(raw))
-    return hit
+    return _decoded(_scopes, raw, "instrumentation scope", _build_scope)
 
 
 def _scope_columns(key: _ScopesKey) -> tuple[Broadcast, U64]:

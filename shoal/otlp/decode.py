@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from shoal.otlp import logs, metrics, otlpjson, spans, wire
+from shoal.otlp import json_walk, logs, metrics, spans, wire
 from shoal.otlp.common import DecodeResult
 
 logger = logging.getLogger(__name__)
@@ -18,7 +18,7 @@ def decode(signal: str, body: bytes, *, json: bool = False) -> DecodeResult:
     """Decode an (already decompressed) OTLP export request of ``signal``.
 
     ``json`` selects OTLP/JSON instead of protobuf. The result's table has
-    exactly the signal's frozen schema (``shoal.otlp.schema``). Invalid
+    exactly the signal's frozen schema (``shoal.schema``). Invalid
     points are dropped and counted in ``rejected`` with reasons in
     ``errors``; a request that is malformed as a whole raises
     :class:`~shoal.errors.DecodeError`.
@@ -26,7 +26,7 @@ def decode(signal: str, body: bytes, *, json: bool = False) -> DecodeResult:
     if signal not in _DECODERS:
         raise ValueError(f"unknown signal {signal!r}; expected one of {', '.join(SIGNALS)}")
     if json:
-        body = otlpjson.to_protobuf(signal, body)
+        body = json_walk.to_protobuf(signal, body)
     request = wire.to_struct(signal, body)
     result = _DECODERS[signal](request)
     if result.rejected:

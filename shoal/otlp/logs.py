@@ -20,7 +20,7 @@ from shoal.otlp.columns import (
     u64,
 )
 from shoal.otlp.common import DecodeResult, Rejections, scopes, text_or_null
-from shoal.otlp.schema import LOGS_SCHEMA
+from shoal.schema import LOGS_SCHEMA
 
 
 def _any_value(row: dict[str, object]) -> AnyValue:

@@ -36,7 +36,7 @@ from shoal.otlp.common import (
     scopes,
     text_or_null,
 )
-from shoal.otlp.schema import METRICS_SCHEMA
+from shoal.schema import METRICS_SCHEMA
 
 TYPES = ("gauge", "sum", "histogram", "exponential_histogram", "summary")
 _POINT_SALT = np.uint64(0x5BD1E9955BD1E995)

@@ -20,7 +20,7 @@ from shoal.otlp.columns import (
     u64,
 )
 from shoal.otlp.common import DecodeResult, Rejections, scopes, text_or_null
-from shoal.otlp.schema import SPAN_EVENT, SPAN_LINK, SPANS_SCHEMA
+from shoal.schema import SPAN_EVENT, SPAN_LINK, SPANS_SCHEMA
 
 
 def _owner_bad(bad: BOOL, offsets: I64, n: int) -> BOOL:

@@ -98,11 +98,8 @@ def _int(text: str, bits: int) -> str:
 
 
 def _float(value: float) -> str:
-    if math.isnan(value):
-        return "CAST('NaN' AS DOUBLE)"
-    if math.isinf(value):
-        return "CAST('Infinity' AS DOUBLE)" if value > 0 else "CAST('-Infinity' AS DOUBLE)"
-    return repr(value)
+    text = t.float_text(value)
+    return text if math.isfinite(value) else f"CAST('{text}' AS DOUBLE)"
 
 
 def _float_text(text: str) -> str:

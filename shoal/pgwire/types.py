@@ -148,7 +148,8 @@ def pg_type(t: pa.DataType) -> PgType:
 # -- text ---------------------------------------------------------------------------
 
 
-def _text_float(v: float) -> str:
+def float_text(v: float) -> str:
+    """PostgreSQL's text for a double: shortest round-trip, ``NaN``, ``Infinity``, ``-Infinity``."""
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
@@ -212,7 +213,7 @@ def _scalar_text(oid: int) -> Callable[[Any], str]:
     if oid == BOOL:
         return lambda v: "t" if v else "f"
     if oid in (FLOAT4, FLOAT8):
-        return _text_float
+        return float_text
     if oid in (TIMESTAMP, TIMESTAMPTZ):
         return _text_timestamp
     if oid in (DATE, TIME):

@@ -24,17 +24,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
-from pyroaring import BitMap
 
 from shoal.config import Config
 from shoal.errors import SchemaMismatchError
-from shoal.otlp.schema import UTC_US, TableSpec
-from shoal.pipeline.commit import Change, run_with_retries
+from shoal.pipeline.commit import run_with_retries
 from shoal.pipeline.writer import WriteTarget, WrittenFile, write_table
+from shoal.schema import UTC_US, TableSpec
 from shoal.storage import coverage as cov
 from shoal.storage import layout
-from shoal.storage.importer import overlap_error
-from shoal.storage.types import CommitResult, NewFile, TableSnapshot
+from shoal.storage.commit import Commit, NewFile
+from shoal.storage.log import overlap, overlap_error
+from shoal.storage.types import CommitResult, TableSnapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,24 +72,6 @@ def import_file(target: WriteTarget, path: str) -> list[dict[str, object]]:
     return write_table(target, pq.read_table(path, columns=list(target.spec.schema.names)))
 
 
-def overlap(table: Table, incoming: Sequence[cov.Coverage], snapshot: TableSnapshot) -> BitMap:
-    """Buckets that the table, or an earlier input, already covers (per series if it has them)."""
-    existing = table.covered(snapshot)
-    found = BitMap()
-    seen_all = BitMap(existing.buckets)
-    seen: dict[str, BitMap] = {k: BitMap(v) for k, v in existing.series.items()}
-    for item in incoming:
-        if table.spec.series_columns:
-            for key, bm in item.series.items():
-                prior = seen.setdefault(key, BitMap())
-                found |= prior & bm
-                prior |= bm
-        else:
-            found |= seen_all & item.buckets
-        seen_all |= item.buckets
-    return found
-
-
 def backfill(
     spark: SparkSession,
     table: Table,
@@ -109,18 +91,15 @@ def backfill(
     )
     sc = spark.sparkContext
 
-    def attempt(snapshot: TableSnapshot) -> Change | None:
+    def attempt(snapshot: TableSnapshot) -> Commit | None:
         tasks = sc.parallelize(inputs, len(inputs))
         found = dict(tasks.map(functools.partial(file_coverage, spec, table.bucket_s)).collect())
         incoming = [cov.decode(found[p]) for p in inputs]
 
-        def refuse_overlap(snap: TableSnapshot) -> None:
-            clash = overlap(table, incoming, snap)
-            if clash:
-                raise overlap_error(table, clash)
-
         if not allow_overlap:
-            refuse_overlap(snapshot)
+            clash = overlap(table.covered(snapshot), incoming, bool(spec.series_columns))
+            if clash:
+                raise overlap_error(table.label, clash, table.bucket_s)
         rows = (
             sc.parallelize(inputs, len(inputs))
             .flatMap(functools.partial(import_file, target))
@@ -128,14 +107,11 @@ def backfill(
         )
         written = [WrittenFile.from_row(r) for r in rows]
         logger.info("backfill %s: wrote %d files", table.label, len(written))
-        return Change(
-            adds=tuple(NewFile(w.path, w.size, w.stats) for w in written),
-            removes=(),
+        return Commit(
             operation=OPERATION,
-            written=tuple(w.absolute(table.path) for w in written),
-            data_change=True,
+            adds=tuple(NewFile(w.path, w.size, w.stats) for w in written),
             # again on the version the commit lands on: a flush may have committed since
-            check=None if allow_overlap else lambda: refuse_overlap(table.snapshot()),
+            no_overlap=None if allow_overlap else tuple(incoming),
         )
 
     return run_with_retries("import", table, attempt, int(config.maintenance_commit_attempts))

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from shoal.config import Config
 from shoal.errors import MaintenanceError
-from shoal.pipeline.commit import Change, discard, relative, run_with_retries
+from shoal.pipeline.commit import relative, run_with_retries
 from shoal.pipeline.merge import merge_runs
 from shoal.pipeline.plan import HourGroup, compaction_groups, task_batches
 from shoal.pipeline.writer import (
@@ -35,8 +35,9 @@ from shoal.pipeline.writer import (
     WrittenFile,
     write_sorted,
 )
+from shoal.storage.commit import Commit, NewFile
 from shoal.storage.layout import HOUR_US
-from shoal.storage.types import NewFile, TableSnapshot
+from shoal.storage.types import TableSnapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -111,7 +112,7 @@ def compact_table(
     target = WriteTarget(os.path.abspath(table.path), table.spec, target_bytes, table.bucket_s)
     planned: dict[str, int] = {}
 
-    def attempt(snapshot: TableSnapshot) -> Change | None:
+    def attempt(snapshot: TableSnapshot) -> Commit | None:
         groups = compaction_groups(
             snapshot.files, target_file_bytes=target_bytes, since_us=since_us, until_us=until_us
         )
@@ -129,17 +130,17 @@ def compact_table(
         written = merge_groups(spark, target, groups)
         rows_in, rows_out = sum(f.rows for f in inputs), sum(w.rows for w in written)
         if rows_in != rows_out:
-            discard([w.absolute(table.path) for w in written])
+            table.files.discard(NewFile(w.path) for w in written)
             raise MaintenanceError(
                 f"compact {table.tenant}/{table.name}: read {rows_in} rows but wrote "
                 f"{rows_out}; nothing was committed"
             )
         planned.update(hours=len({g.hour for g in groups}), rows=rows_out)
-        return Change(
+        return Commit(
+            operation=OPERATION,
             adds=tuple(NewFile(w.path, w.size, w.stats) for w in written),
             removes=tuple(relative(table.path, f.path) for f in inputs),
-            operation=OPERATION,
-            written=tuple(w.absolute(table.path) for w in written),
+            data_change=False,
         )
 
     result = run_with_retries("compact", table, attempt, int(config.maintenance_commit_attempts))

@@ -28,7 +28,7 @@ def read_file(path: str, schema: pa.Schema) -> pa.Table:
     ("Nested data conversions not implemented for chunked array outputs"), so a
     file is read row group by row group. The reader is Arrow's own, under
     ``pq.ParquetFile``: that wrapper also maps every nested column path in
-    Python, 0.6-0.8 ms per file of this wide schema that compaction, opening
+    Python, a cost per file of this wide schema that compaction, opening
     thousands of small files, does not need.
     """
     target = encoded.dictionary_schema(schema)

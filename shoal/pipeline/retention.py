@@ -17,8 +17,9 @@ import time
 from typing import TYPE_CHECKING
 
 from shoal.config import Config
-from shoal.pipeline.commit import Change, relative, run_with_retries
+from shoal.pipeline.commit import relative, run_with_retries
 from shoal.pipeline.plan import expired_files, retention_cutoff_us
+from shoal.storage.commit import Commit
 from shoal.storage.types import TableSnapshot
 
 if TYPE_CHECKING:
@@ -41,8 +42,7 @@ class RetentionResult:
 
 def retention_days(config: Config, table: str) -> int:
     """Days kept for ``table``: ``retention_days_<table>`` if set, else ``retention_days``."""
-    specific = config.values.get(f"retention_days_{table}")
-    return int(specific if specific is not None else config.retention_days)
+    return config.retention_days_for(table)
 
 
 def apply_retention(table: Table, config: Config, *, now_us: int | None = None) -> RetentionResult:
@@ -52,15 +52,14 @@ def apply_retention(table: Table, config: Config, *, now_us: int | None = None) 
     cutoff = retention_cutoff_us(now, days)
     removed_rows: list[int] = []
 
-    def attempt(snapshot: TableSnapshot) -> Change | None:
+    def attempt(snapshot: TableSnapshot) -> Commit | None:
         expired = expired_files(snapshot.files, cutoff)
         if not expired:
             return None
         removed_rows[:] = [sum(f.rows for f in expired)]
-        return Change(
-            adds=(),
-            removes=tuple(relative(table.path, f.path) for f in expired),
+        return Commit(
             operation=OPERATION,
+            removes=tuple(relative(table.path, f.path) for f in expired),
             data_change=True,
         )
 

@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING
 from shoal.config import Config
 from shoal.errors import StorageError
 from shoal.pipeline.aggregate import LOOKBACK_S, rollup, with_increments
-from shoal.pipeline.commit import Change, relative, run_with_retries
+from shoal.pipeline.commit import relative, run_with_retries
 from shoal.pipeline.compact import with_hour, write_hourly
 from shoal.pipeline.plan import file_hour
 from shoal.pipeline.schema import ROLLUP_SOURCE, ROLLUP_WIDTHS_S, rollup_spec
 from shoal.pipeline.writer import HOUR_COLUMN, WriteTarget
+from shoal.storage.commit import Commit, NewFile, Txn
 from shoal.storage.layout import HOUR_US, hour_index
-from shoal.storage.types import NewFile, ScanFile, TableSnapshot
+from shoal.storage.types import ScanFile, TableSnapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -137,7 +138,7 @@ def rollup_table(
         derived.bucket_s,
     )
 
-    def attempt(snapshot: TableSnapshot) -> Change | None:
+    def attempt(snapshot: TableSnapshot) -> Commit | None:
         progress = derived.committed_lsn(ROLLUP_APP_ID)
         if progress > current.version:
             return None
@@ -161,13 +162,12 @@ def rollup_table(
         redo = set(hours)
         old = [f for f in snapshot.files if file_hour(f) in redo]
         stats.update(hours=len(hours), rows=sum(w.rows for w in written))
-        return Change(
+        return Commit(
+            operation=OPERATION,
             adds=tuple(NewFile(w.path, w.size, w.stats) for w in written),
             removes=tuple(relative(derived.path, f.path) for f in old),
-            operation=OPERATION,
-            written=tuple(w.absolute(derived.path) for w in written),
             data_change=True,
-            app_txn=(ROLLUP_APP_ID, current.version + 1),
+            txn=Txn(ROLLUP_APP_ID, current.version + 1),
         )
 
     result = run_with_retries("rollup", derived, attempt, int(config.maintenance_commit_attempts))

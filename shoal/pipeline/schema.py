@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from shoal.otlp.schema import ATTRS, UTC_US, TableSpec
+from shoal.schema import ATTRS, UTC_US, TableSpec
 
 ROLLUP_SCHEMA = pa.schema(
     [

@@ -25,11 +25,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shoal.otlp.schema import TableSpec
 from shoal.pipeline import encoded
-from shoal.storage import coverage as cov
+from shoal.schema import TableSpec
 from shoal.storage import layout
+from shoal.storage.commit import PreparedFile
 from shoal.storage.durable import fsync_dir, fsync_file
+from shoal.storage.files import TableFiles, conform
 
 HOUR_COLUMN = "_shoal_hour"
 """Column the jobs add to rows to partition and sort them by hour; not written."""
@@ -134,15 +135,6 @@ class _HourFile:
     def full(self) -> bool:
         return self.abspath.stat().st_size >= self.target.target_file_bytes
 
-    def _write_coverage(self, cols: pa.Table, bucket_s: int) -> None:
-        spec = self.target.spec
-        series = cols.column(spec.series_columns[0]) if spec.series_columns else None
-        file_cov = cov.compute(layout.time_as_us(cols.column(spec.time_column)), series, bucket_s)
-        cov_path = Path(self.target.table_dir) / layout.coverage_path(self.relpath)
-        cov_path.parent.mkdir(parents=True, exist_ok=True)
-        cov.write(cov_path, file_cov)
-        fsync_dir(cov_path.parent)
-
     def close(self) -> dict[str, object]:
         self._write_buffer()
         self.writer.close()
@@ -152,29 +144,28 @@ class _HourFile:
         kept = pa.Table.from_batches(
             self._columns, schema=pa.schema([self.schema.field(c) for c in self._kept])
         )
-        kept = conform_table(kept, pa.schema([schema.field(c) for c in self._kept]))
+        kept = conform(kept, pa.schema([schema.field(c) for c in self._kept]), self.relpath)
         stats = layout.compute_stats(kept, self.target.spec)
         if stats.rows != self.rows:
             raise AssertionError(f"{self.relpath}: wrote {self.rows} rows, counted {stats.rows}")
+        size = os.path.getsize(self.abspath)
         if self.target.coverage_bucket_s is not None:
-            self._write_coverage(kept, self.target.coverage_bucket_s)
+            spec = self.target.spec
+            files = TableFiles(
+                Path(self.target.table_dir), spec, self.target.coverage_bucket_s, spec.name
+            )
+            files.write_coverage(
+                [PreparedFile(self.relpath, size, stats, files.compute_coverage(kept))]
+            )
         return {
             "path": self.relpath,
             "hour": self.hour,
-            "size": os.path.getsize(self.abspath),
+            "size": size,
             "rows": stats.rows,
             "min_time_us": stats.min_time_us,
             "max_time_us": stats.max_time_us,
             "stats": stats.to_json(),
         }
-
-
-def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """Cast a batch from Spark to the table's exact schema (names, nesting, nullability)."""
-    selected = pa.RecordBatch.from_arrays(
-        [batch.column(name) for name in schema.names], names=schema.names
-    )
-    return selected.cast(schema)
 
 
 def write_sorted(
@@ -187,7 +178,7 @@ def write_sorted(
         if batch.num_rows == 0:
             continue
         hours = np.asarray(batch.column(HOUR_COLUMN).to_numpy(zero_copy_only=False))
-        rows = conform(batch, target.spec.schema)
+        rows = conform(batch, target.spec.schema, target.spec.name)
         cuts = [0, *(np.flatnonzero(np.diff(hours)) + 1).tolist(), rows.num_rows]
         for start, end in itertools.pairwise(cuts):
             hour = int(hours[start])
@@ -209,7 +200,7 @@ def write_sorted(
 def write_table(target: WriteTarget, table: pa.Table) -> list[dict[str, object]]:
     """Split rows by hour, sort each hour by the sort columns and write hourly files."""
     written: list[dict[str, object]] = []
-    data = conform_table(table, target.spec.schema)
+    data = conform(table, target.spec.schema, target.spec.name)
     for hour, piece in layout.split_by_hour(data, target.spec):
         written.extend(write_hour(target, hour, piece))
     return written
@@ -237,10 +228,3 @@ def write_hour(
             current = _HourFile(target, hour, schema)
     written.append(current.close())
     return written
-
-
-def conform_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table`` with exactly ``schema`` (columns selected and cast)."""
-    if table.schema.equals(schema):
-        return table
-    return table.select(schema.names).cast(schema)

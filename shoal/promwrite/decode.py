@@ -30,8 +30,8 @@ from shoal.errors import DecodeError, UnsupportedMediaTypeError
 from shoal.otlp.columns import hash_text
 from shoal.otlp.common import DecodeResult
 from shoal.otlp.metrics import series_ids
-from shoal.otlp.schema import METRICS_SCHEMA
 from shoal.promwrite import SCOPE, proto
+from shoal.schema import METRICS_SCHEMA
 
 V1 = "prometheus.WriteRequest"
 V2 = "io.prometheus.write.v2.Request"

@@ -1,14 +1,12 @@
 """DataFusion's memory allocator, set up before DataFusion is loaded.
 
 DataFusion's Python package brings its own mimalloc (2.x) with transparent
-huge pages allowed. mimalloc gives freed memory back to the kernel 10 ms
+huge pages allowed. mimalloc gives freed memory back to the kernel soon
 after it is freed, so every query faults its working memory in again, and
 where the kernel backs a fault with a 2 MiB huge page it zeroes all 2 MiB
-at once. Measured on the 20M-point query benchmark (loadtest.bench_query):
-zeroing pages (``clear_page_erms`` in the kernel) was 20% of the CPU samples
-of the 24-hour GROUP BY, and the system time per query fell from 580-650 ms
-to 110-155 ms with huge pages off for mimalloc (process CPU 2.6-2.8 s to
-2.0-2.1 s). Memory is still returned to the kernel, in 4 KiB pages.
+at once: zeroing pages becomes a large share of a heavy query's CPU time
+(docs/benchmarks.md has the profile). With huge pages off for mimalloc,
+memory is still returned to the kernel, in 4 KiB pages.
 
 mimalloc reads its options from the environment when its library loads, so
 this module must be imported before :mod:`datafusion` (``shoal.query`` does

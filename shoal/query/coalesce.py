@@ -1,7 +1,7 @@
 """Fewer, larger snapshot batches for DataFusion.
 
 The snapshot holds one small record batch per acknowledged request, and
-handing a batch to DataFusion costs about 40 µs however small it is: with
+handing a batch to DataFusion costs the same however small it is: with
 thousands of requests between flushes that would dominate a query. So the
 batches of each complete run of consecutive LSNs (:data:`LSN_SPANS`, in
 levels: runs of 16, 256 and 4096 LSNs) are concatenated once and the result
@@ -13,10 +13,10 @@ join it. The newest 16-LSN run is passed as it is. The cost is one copy of the
 combined rows while they stay in the snapshot (at most ``flush_max_bytes``).
 
 A run becomes several batches of at most :data:`MAX_BATCH_ROWS` rows, each a
-copy with buffers of its own, never one huge batch nor slices of one: measured
-on 1M metric rows, ``attributes['host']`` grouped took 32 ms over 8k-row
-batches, 264 ms over one 1M-row batch and 2.5 s over 1,000-row *slices* of
-one table (DataFusion's map lookup walks a slice's whole underlying arrays).
+copy with buffers of its own, never one huge batch nor slices of one: a map
+lookup such as ``attributes['host']`` is several times slower over one huge
+batch, and far slower over slices (DataFusion's map lookup walks a slice's
+whole underlying arrays); docs/benchmarks.md has the figures.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Level:
 
     ``derived`` holds one object made from ``batches``: the query engine keeps its
     DataFusion table of the level there, so batches are handed to DataFusion once
-    per level change, not once per query (about 0.2 ms per batch), and a query
+    per level change, not once per query, and a query
     scans at most one table per run length (a table per run cost more planning).
     """
 

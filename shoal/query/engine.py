@@ -53,7 +53,7 @@ SESSION_OPTIONS: dict[str, str] = {
     "datafusion.execution.parquet.pruning": "true",
     "datafusion.execution.parquet.enable_page_index": "true",
     # Late materialisation: filter columns are decoded first and the rest only for the
-    # matching rows (measured 1.5-4x faster on loadtest.bench_query's filtered queries).
+    # matching rows (docs/benchmarks.md, Query, has the figures).
     "datafusion.execution.parquet.pushdown_filters": "true",
 }
 
@@ -294,8 +294,8 @@ def few_batches(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     """Small batches joined into one before DataFusion imports them.
 
     DataFusion imports a batch column by column, so each batch costs the same
-    however few its rows: 15 one-row log batches took 0.61 ms, the same rows
-    joined first 0.29 ms (the join included). The newest batches of a table
+    however few its rows, and joining many small ones first is cheaper than
+    importing them one by one. The newest batches of a table
     that receives one small export at a time are exactly that, and the
     freshness of such a table is what they decide. Larger batches are left as
     they are (copying them would cost more than it saves).
@@ -318,9 +318,8 @@ def wants_pushdown(read: TableRead | None, files: Sequence[ScanFile]) -> bool:
     Pushdown decodes the filter columns first and the others only for matching rows:
     a large gain for a selective filter, pure overhead for one that keeps every row.
     When the only filters are time bounds and every file lies inside them, no row
-    is dropped (the filter still runs, above the scan); measured on the 24 files of
-    loadtest.bench_query, a 24-hour GROUP BY took 1338 ms without pushdown against
-    1623 ms with it (interleaved, median of 5).
+    is dropped (the filter still runs, above the scan), and pushdown is turned off
+    (docs/benchmarks.md, Query, has the figures).
     """
     if read is None or not read.time_only:
         return True
@@ -354,8 +353,7 @@ class TenantSession:
     """A session lent to one query at a time; its tables are replaced for each query.
 
     Reusing a session keeps its runtime's Parquet metadata cache warm (a fresh
-    runtime re-reads every file footer: 136 ms against 24 ms for a 1-hour
-    aggregation over 24 files), while the memory pool stays per query, because a
+    runtime re-reads every file footer), while the memory pool stays per query, because a
     session runs one query at a time.
     """
 

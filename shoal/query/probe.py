@@ -11,9 +11,8 @@ range does. So a query is planned once over
 exactly what it reads, and a one-hour query far from the unflushed rows
 does not touch the snapshot at all.
 
-The probe costs about 1.4 ms for a 1-hour aggregation (the logical plan
-over empty scans 0.6 ms of it); a query that names no table's time column
-skips it.
+The probe is a small part of a query's planning (docs/benchmarks.md); a
+query that names no table's time column skips it.
 """
 
 from __future__ import annotations

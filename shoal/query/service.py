@@ -39,8 +39,8 @@ from shoal.errors import QueryError, QueryLimitError
 from shoal.query import admission, engine, limits, sqltext, work
 from shoal.query.coalesce import BatchCoalescer
 from shoal.query.limits import Limits
-from shoal.query.source import SnapshotSource
 from shoal.query.tables import AsOf, TableCatalog, TenantView, collect_view
+from shoal.storage.snapshot import SnapshotSource
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """A tenant's tables as one query sees them: committed Parquet files plus unflushed batches.
 
-:func:`collect_view` implements the read protocol of :mod:`shoal.query.source`:
+:func:`collect_view` implements the read protocol of :mod:`shoal.storage.snapshot`:
 the snapshot's batch references are copied *first*, then each table's Delta
 snapshot is read, and only batches above that snapshot's committed WAL LSN
 are kept. The flusher drops batches from the snapshot only after their
@@ -19,8 +19,8 @@ from typing import Protocol
 import pyarrow as pa
 
 from shoal.errors import QueryError, StorageError, TableNotFoundError
-from shoal.otlp.schema import SIGNAL_TABLES, TableSpec
-from shoal.query.source import LsnBatch, SnapshotSource
+from shoal.schema import SIGNAL_TABLES, TableSpec
+from shoal.storage.snapshot import LsnBatch, SnapshotSource
 from shoal.storage.types import ScanFile, TableSnapshot
 
 BUILTIN_TABLES: tuple[str, ...] = tuple(SIGNAL_TABLES)

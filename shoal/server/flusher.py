@@ -20,8 +20,8 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from shoal.otlp.schema import SIGNAL_TABLES
-from shoal.server.snapshot import Snapshot
+from shoal.schema import SIGNAL_TABLES
+from shoal.storage.snapshot import Snapshot
 from shoal.storage.types import CommitResult
 
 logger = logging.getLogger(__name__)

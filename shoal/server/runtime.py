@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import ipaddress
 import logging
 import os
@@ -25,27 +24,28 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import uvicorn
 import uvloop
+from grpc import aio
 from prometheus_client import CollectorRegistry
 
 from shoal.api.app import AppServices, create_app
 from shoal.api.auth import Authenticator, TokenStore
-from shoal.api.ingest import IngestHandler
+from shoal.api.ingest_handler import IngestHandler
 from shoal.api.otlp_grpc import create_server
 from shoal.config import Config
 from shoal.errors import ConfigError
 from shoal.pgwire.server import PgServer
 from shoal.promql import mapping
+from shoal.query.service import QueryService
 from shoal.server import http, preflight, records
 from shoal.server.flusher import Flusher
-from shoal.server.ingest import Ingestor
-from shoal.server.metrics import ServerMetrics, StorageMetricsAdapter, WalMetricsAdapter
+from shoal.server.ingestor import Ingestor
 from shoal.server.preflight import INGEST_THREADS, SNAPSHOT_LIMIT_FLUSHES
 from shoal.server.queue import IngestQueue
-from shoal.server.snapshot import Snapshot
+from shoal.server.telemetry import ServerMetrics, StorageMetricsAdapter, WalMetricsAdapter
+from shoal.storage.snapshot import Snapshot
 from shoal.storage.store import TableStore
 from shoal.wal import Wal
 
@@ -121,10 +121,10 @@ class ServerRuntime:
             lambda: self.snapshot.rows, lambda: self.snapshot.bytes, self.snapshot.oldest_age_s
         )
         self.metrics.bind_wal(lambda: _wal_dir_stats(self.data_dir / "wal"))
-        self.store: Any = None
-        self.wal: Any = None
+        self.store: TableStore | None = None
+        self.wal: Wal | None = None
         self.flusher: Flusher | None = None
-        self.query_service: Any = None
+        self.query_service: QueryService | None = None
         self.http_port = 0
         self.grpc_port = 0
         self.pg_port = 0
@@ -226,20 +226,20 @@ class ServerRuntime:
     def is_ready(self) -> bool:
         return self._ready
 
-    def open_storage(self) -> None:
+    def open_storage(self) -> tuple[TableStore, Wal]:
         """Open the tables and the WAL, and replay the WAL into the snapshot."""
         started = time.perf_counter()
-        self.store = TableStore(
+        store = self.store = TableStore(
             self.data_dir,
             coverage_bucket_s=self.config.coverage_bucket_s,
             checkpoint_interval=self.config.checkpoint_interval,
             metrics=StorageMetricsAdapter(self.metrics),
         )
         committed: dict[tuple[str, str], int] = {}
-        for tenant in self.store.tenants():
-            for table in self.store.tables(tenant):
-                committed[(tenant, table)] = self.store.open(tenant, table).committed_lsn()
-        self.wal = Wal.open(
+        for tenant in store.tenants():
+            for table in store.tables(tenant):
+                committed[(tenant, table)] = store.open(tenant, table).committed_lsn()
+        wal = self.wal = Wal.open(
             self.data_dir / "wal",
             fsync=self.config.wal_fsync,
             segment_bytes=self.config.wal_segment_bytes,
@@ -253,12 +253,12 @@ class ServerRuntime:
         replayed = skipped = 0
         # Replay from the start of the log, not from the smallest committed LSN: a table
         # whose first flush failed has no Delta log yet, so no committed LSN to start from.
-        for record in self.wal.replay(0):
+        for record in wal.replay(0):
             header = records.decode_header(record.payload)
             key = (header.tenant, header.table)
             if key not in committed:
-                exists = self.store.exists(*key)
-                committed[key] = self.store.open(*key).committed_lsn() if exists else 0
+                exists = store.exists(*key)
+                committed[key] = store.open(*key).committed_lsn() if exists else 0
             if record.lsn > committed[key]:
                 tenant, table, data = records.decode(record.payload)
                 self.snapshot.add(tenant, table, record.lsn, data)
@@ -271,16 +271,7 @@ class ServerRuntime:
             "in %.2fs",
             replayed, self.snapshot.rows, skipped, time.perf_counter() - started,
         )  # fmt: skip
-
-    def _make_query_service(self) -> Any:
-        try:
-            query = importlib.import_module("shoal.query")
-        except ModuleNotFoundError:
-            return None
-        factory = getattr(query, "QueryService", None)
-        if factory is None:
-            return None
-        return factory(self.store, self.snapshot, self.config)
+        return store, wal
 
     async def run(self) -> int:
         self.preflight()
@@ -353,8 +344,8 @@ class ServerRuntime:
             _host_port(self.config.bind, self.grpc_port),
         )
         try:
-            await loop.run_in_executor(None, self.open_storage)
-            self.query_service = self._make_query_service()
+            store, wal = await loop.run_in_executor(None, self.open_storage)
+            self.query_service = QueryService(store, self.snapshot, self.config)
             app.state.query_service = self.query_service
             app.state.promql_promote = mapping.promoted(
                 self.config.promql_promote_resource_attributes
@@ -368,14 +359,14 @@ class ServerRuntime:
             raise
         self.flusher = Flusher(
             self.snapshot,
-            self.store,
-            self.wal,
+            store,
+            wal,
             self.config.flush_max_bytes,
             self.config.flush_max_age_s,
             self.metrics,
         )
         self.flusher.start()
-        self.ingestor.open(self.wal)
+        self.ingestor.open(wal)
         self._ready = True
         self.metrics.ready.set(1)
         logger.info("ready")
@@ -383,7 +374,9 @@ class ServerRuntime:
         await stop.wait()
         return await self._shutdown(uv, http_task, grpc_server)
 
-    async def _shutdown(self, uv: uvicorn.Server, http_task: asyncio.Task[None], grpc: Any) -> int:
+    async def _shutdown(
+        self, uv: uvicorn.Server, http_task: asyncio.Task[None], grpc: aio.Server
+    ) -> int:
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + float(self.config.shutdown_timeout_s)
         self._ready = False

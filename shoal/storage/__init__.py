@@ -1,9 +1,12 @@
-"""Delta Lake tables per tenant and signal: flushes, commits, snapshots, coverage, import.
+"""Delta Lake tables per tenant and signal: commits, snapshots, coverage, import.
 
-``TableStore(data_dir).open(tenant, table)`` gives a :class:`Table`; see
-docs/storage.md for the layout on disk and the commit protocol.
+``TableStore(data_dir).open(tenant, table)`` gives a :class:`Table`; every
+change to it is a :class:`Commit` (see :mod:`shoal.storage.commit`), landed
+by the one loop in :mod:`shoal.storage.log`. docs/storage.md has the layout
+on disk and the commit protocol.
 """
 
+from shoal.storage.commit import Commit, NewFile, PreparedFile, Txn
 from shoal.storage.coverage import Coverage
 from shoal.storage.metrics import NOOP, NoopStorageMetrics, StorageMetrics
 from shoal.storage.store import TableStore
@@ -13,7 +16,6 @@ from shoal.storage.types import (
     CommitResult,
     CoverageResult,
     HistoryEntry,
-    NewFile,
     ScanFile,
     TableSnapshot,
 )
@@ -21,15 +23,18 @@ from shoal.storage.types import (
 __all__ = [
     "NOOP",
     "WAL_APP_ID",
+    "Commit",
     "CommitResult",
     "Coverage",
     "CoverageResult",
     "HistoryEntry",
     "NewFile",
     "NoopStorageMetrics",
+    "PreparedFile",
     "ScanFile",
     "StorageMetrics",
     "Table",
     "TableSnapshot",
     "TableStore",
+    "Txn",
 ]

@@ -105,8 +105,8 @@ def compute(
 
     Each series value is turned into text once, not once per row: rows become
     (series code, bucket) integers, and since rows are mostly sorted by series
-    and time, only the first of each run of equal pairs goes on to ``unique``
-    (360k sorted metric rows: 10-20 ms, against ~100 ms grouping text keys).
+    and time, only the first of each run of equal pairs goes on to ``unique``,
+    several times faster than grouping text keys.
     """
     buckets = to_buckets(time_us, bucket_s)
     whole = FrozenBitMap(np.unique(buckets))

@@ -18,26 +18,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import shutil
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyroaring import BitMap
 
-from shoal.errors import CoverageOverlapError, SchemaMismatchError, StorageError
-from shoal.otlp.schema import TableSpec
+from shoal.errors import SchemaMismatchError, StorageError
+from shoal.schema import UTC_US, TableSpec
 from shoal.storage import coverage as cov
 from shoal.storage import layout
-from shoal.storage.durable import fsync_dir, fsync_file, make_dirs_durable
+from shoal.storage.commit import Commit, PreparedFile
+from shoal.storage.log import overlap, overlap_error
 from shoal.storage.spec import schema_differences
-from shoal.storage.table import PreparedFile, Table
+from shoal.storage.table import Table
 from shoal.storage.types import CommitResult
 
 logger = logging.getLogger(__name__)
-
-UTC_US = pa.timestamp("us", tz="UTC")
 
 
 @dataclasses.dataclass
@@ -119,7 +117,7 @@ def _plan(table: Table, path: Path, rewrite: bool | None) -> _Plan:
             time_col.cast(UTC_US),
         )
     time_us = layout.time_as_us(cols.column(spec.time_column))
-    coverage = table.compute_coverage(cols)
+    coverage = table.files.compute_coverage(cols)
     stats = layout.compute_stats(cols, spec)
     hours: set[int] = set()
     if len(time_us):
@@ -130,103 +128,62 @@ def _plan(table: Table, path: Path, rewrite: bool | None) -> _Plan:
     return _Plan(path, adopt, coverage, stats, hours)
 
 
-def overlap_error(table: Table, buckets: BitMap) -> CoverageOverlapError:
-    """The error naming the time ranges of overlapping coverage ``buckets``."""
-    unit = table.bucket_s * 1_000_000
-    ranges = [
-        (cov.from_us(a * unit).isoformat(), cov.from_us(b * unit).isoformat())
-        for a, b in cov.runs(buckets)
-    ]
-    return CoverageOverlapError(table.label, ranges)
-
-
-def _overlaps(table: Table, plans: Sequence[_Plan]) -> BitMap:
-    existing = table.covered()
-    by_series = bool(table.spec.series_columns)
-    seen_all = BitMap(existing.buckets)
-    seen_series: dict[str, BitMap] = {k: BitMap(v) for k, v in existing.series.items()}
-    overlap = BitMap()
-    for plan in plans:
-        if by_series:
-            for key, bm in plan.coverage.series.items():
-                prior = seen_series.get(key)
-                if prior is None:
-                    seen_series[key] = BitMap(bm)
-                else:
-                    overlap |= prior & bm
-                    prior |= bm
-        else:
-            overlap |= seen_all & plan.coverage.buckets
-        seen_all |= plan.coverage.buckets
-    return overlap
-
-
-def _adopt(table: Table, plan: _Plan) -> PreparedFile:
-    if len(plan.hours) == 1:
-        rel = layout.hour_file_path(next(iter(plan.hours)))
-    else:
-        rel = f"{layout.IMPORT_DIR}/{layout.new_file_name()}"
-    target = table.path / rel
-    make_dirs_durable(target.parent, table.path)
-    shutil.copyfile(plan.source, target)
-    fsync_file(target)
-    fsync_dir(target.parent)
-    return PreparedFile(rel, target.stat().st_size, plan.stats, plan.coverage)
-
-
 def import_files(
     table: Table,
     paths: Sequence[Path],
     *,
+    time_column: str | None = None,
     allow_overlap: bool = False,
     progress: Callable[[int, int], None] | None = None,
     rewrite: bool | None = None,
 ) -> CommitResult:
-    """Append Parquet files to ``table`` in one commit; see the module docstring."""
+    """Append Parquet files to ``table`` in one commit; see the module docstring.
+
+    ``rewrite``: None adopts files whose schema is exactly the table's and
+    rewrites the others; True rewrites every file; False refuses files that
+    would need rewriting.
+    """
+    started = time.perf_counter()
+    if time_column is not None and time_column != table.spec.time_column:
+        raise SchemaMismatchError(
+            table.label, [f"time column is {table.spec.time_column!r}, not {time_column!r}"]
+        )
     if not paths:
         raise StorageError("nothing to import")
     plans = [_plan(table, Path(p), rewrite) for p in paths]
-
-    def refuse_overlap() -> None:
-        found = _overlaps(table, plans)
-        if found:
-            raise overlap_error(table, found)
-
-    overlap = _overlaps(table, plans)
-    if overlap and not allow_overlap:
-        raise overlap_error(table, overlap)  # before any file is written ...
-    if overlap:
+    incoming = tuple(plan.coverage for plan in plans)
+    found = overlap(table.covered(), incoming, bool(table.spec.series_columns))
+    if found and not allow_overlap:
+        raise overlap_error(table.label, found, table.bucket_s)  # before any file is written
+    if found:
         logger.warning(
             "%s: importing over %d already covered buckets (--allow-overlap)",
             table.label,
-            len(overlap),
+            len(found),
         )
     prepared: list[PreparedFile] = []
     try:
         for i, plan in enumerate(plans):
             if plan.adopt:
-                item = _adopt(table, plan)
-                table.write_coverage([item])
+                item = table.files.adopt(plan.source, plan.hours, plan.stats, plan.coverage)
                 prepared.append(item)
             else:
-                data = table.conform(pq.read_table(plan.source))
-                prepared.extend(table.write_files(data))
+                prepared.extend(table.files.write(table.conform(pq.read_table(plan.source))))
             if progress is not None:
                 progress(i + 1, len(plans))
-        result = table._commit(
-            prepared,
-            [],
-            operation="import",
-            read_version=None,
-            txn=None,
-            data_change=True,
-            extra={"shoal.sources": [p.source.name for p in plans]},
-            # ... and again on the version the import commits on: a flush or another
-            # import may have committed the same minutes since
-            check=None if allow_overlap else refuse_overlap,
-        )
     except BaseException:
-        table._discard(prepared)
+        table.files.discard(prepared)
         raise
-    assert result is not None
+    result = table.commit(
+        Commit(
+            operation="import",
+            adds=tuple(prepared),
+            # checked again on the version the import lands on: a flush or another
+            # import may have committed the same buckets since
+            no_overlap=None if allow_overlap else incoming,
+            metadata={"shoal.sources": [p.source.name for p in plans]},
+        ),
+        started=started,
+    )
+    assert result is not None  # an import carries no transaction id
     return result

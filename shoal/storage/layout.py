@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from shoal.otlp.schema import TableSpec
+from shoal.schema import TableSpec
 from shoal.storage.durable import fsync_file
 
 HOUR_US = 3_600_000_000

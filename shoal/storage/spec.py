@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import pyarrow as pa
 
 from shoal.errors import StorageError
-from shoal.otlp.schema import SIGNAL_TABLES, TableSpec
+from shoal.schema import SIGNAL_TABLES, TableSpec
 
 KEY_TIME = "shoal.timeColumn"
 KEY_SORT = "shoal.sortColumns"

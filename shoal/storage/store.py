@@ -13,7 +13,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from shoal.errors import SchemaMismatchError, StorageError, TableNotFoundError
-from shoal.otlp.schema import SIGNAL_TABLES, TableSpec
+from shoal.schema import SIGNAL_TABLES, TableSpec
 from shoal.storage import spec as spec_mod
 from shoal.storage.durable import fsync_dir, fsync_file, make_dirs_durable
 from shoal.storage.metrics import NOOP, StorageMetrics

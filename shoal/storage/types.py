@@ -98,18 +98,3 @@ class CoverageResult:
     @property
     def complete(self) -> bool:
         return self.covered_buckets == self.total_buckets
-
-
-@dataclasses.dataclass(frozen=True)
-class NewFile:
-    """A Parquet file already written inside the table directory, to be added by a commit.
-
-    ``path`` is relative to the table root (``hour=.../part-....parquet``).
-    ``stats`` is the Delta stats JSON (``shoal.storage.layout.stats_for_file``
-    makes it); when None, the commit computes it from the file. The commit
-    also writes the file's coverage if it is missing.
-    """
-
-    path: str
-    size: int | None = None
-    stats: str | None = None

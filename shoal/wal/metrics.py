@@ -12,39 +12,31 @@ from typing import Protocol
 
 
 class WalMetrics(Protocol):
-    """Callbacks from the WAL. Each must be quick and must not raise."""
+    """Callbacks from the WAL. Each must be quick and must not raise.
+
+    The bodies do nothing: a class that subclasses this protocol and overrides
+    nothing is the no-op (:class:`NoopWalMetrics`).
+    """
 
     def group_committed(self, records: int, nbytes: int, fsync_seconds: float) -> None:
         """A group of records was written (and, under policy always, fsynced)."""
-        ...
+        return None
 
     def append_failed(self, reason: str, records: int) -> None:
         """Appends failed; ``reason`` is ``io`` (ENOSPC, short write), ``fatal`` or ``closed``."""
-        ...
+        return None
 
     def corruption_found(self, segment: str, reason: str) -> None:
         """Mid-log corruption was found in ``segment`` while opening the log."""
-        ...
+        return None
 
     def torn_tail_cut(self, segment: str, nbytes: int) -> None:
         """A torn tail of ``nbytes`` bytes was cut from ``segment`` while opening the log."""
-        ...
+        return None
 
 
-class NoopWalMetrics:
+class NoopWalMetrics(WalMetrics):
     """Reports nothing."""
-
-    def group_committed(self, records: int, nbytes: int, fsync_seconds: float) -> None:
-        pass
-
-    def append_failed(self, reason: str, records: int) -> None:
-        pass
-
-    def corruption_found(self, segment: str, reason: str) -> None:
-        pass
-
-    def torn_tail_cut(self, segment: str, nbytes: int) -> None:
-        pass
 
 
 NOOP_METRICS: WalMetrics = NoopWalMetrics()

@@ -27,9 +27,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from shoal.errors import DecodeError
 from shoal.otlp import decode
 from shoal.otlp.common import DecodeResult
-from shoal.otlp.schema import LOGS_SCHEMA, METRICS_SCHEMA, SPANS_SCHEMA
+from shoal.schema import LOGS_SCHEMA, METRICS_SCHEMA, SPANS_SCHEMA
 
-from .otlpjson_helpers import identical, to_otlp_json
+from .json_helpers import identical, to_otlp_json
 from .test_anyvalue import any_values
 
 SCHEMAS = {"metrics": METRICS_SCHEMA, "logs": LOGS_SCHEMA, "spans": SPANS_SCHEMA}

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from loadtest.payloads import logs_request, metrics_request, traces_request
 from shoal.otlp import decode
 
-from .otlpjson_helpers import identical
+from .json_helpers import identical
 
 T0 = 1_700_000_000_000_000_000
 

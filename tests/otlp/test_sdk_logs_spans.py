@@ -20,9 +20,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from shoal.otlp import anyvalue, decode
-from shoal.otlp.schema import LOGS_SCHEMA, SPANS_SCHEMA
+from shoal.schema import LOGS_SCHEMA, SPANS_SCHEMA
 
-from .otlpjson_helpers import to_otlp_json
+from .json_helpers import to_otlp_json
 
 RESOURCE = Resource.create({"service.name": "payments", "host.name": "node-b"})
 

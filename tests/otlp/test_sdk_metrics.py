@@ -16,9 +16,9 @@ from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation
 from opentelemetry.sdk.resources import Resource
 
 from shoal.otlp import decode
-from shoal.otlp.schema import METRICS_SCHEMA
+from shoal.schema import METRICS_SCHEMA
 
-from .otlpjson_helpers import to_otlp_json
+from .json_helpers import to_otlp_json
 
 
 def _emit() -> ExportMetricsServiceRequest:

@@ -17,9 +17,9 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 
 from shoal.errors import DecodeError
 from shoal.otlp import SIGNALS, decode
-from shoal.otlp.schema import LOGS_SCHEMA, METRICS_SCHEMA, SPANS_SCHEMA
+from shoal.schema import LOGS_SCHEMA, METRICS_SCHEMA, SPANS_SCHEMA
 
-from .otlpjson_helpers import identical, to_otlp_json
+from .json_helpers import identical, to_otlp_json
 
 T0 = 1_700_000_000_123_456_789
 

@@ -12,8 +12,8 @@ import pytest
 from loadtest.pipeline_data import metrics_table
 from shoal import config as config_mod
 from shoal.errors import CoverageOverlapError, SchemaMismatchError
-from shoal.otlp.schema import METRICS_SCHEMA
 from shoal.pipeline.backfill import backfill
+from shoal.schema import METRICS_SCHEMA
 from shoal.storage.store import TableStore
 from tests.pipeline.conftest import HOUR_US, T0_US, delta_rows, rows_multiset
 
@@ -83,20 +83,18 @@ def test_a_flush_landing_before_the_backfill_commit_makes_it_fail_cleanly(
     """Overlap is checked again on the version the commit lands on. The interleaving is
     forced: the server's flusher (its own store, as in another process) commits the
     same minutes after the job wrote its files and before it commits them."""
-    import shoal.pipeline.commit as commit_mod
-
     table = store.open("acme", "metrics")
     history = tmp_path / "history.parquet"
     pq.write_table(metrics_table(300, start_us=T0_US, span_s=3600, series=10, seed=5), history)
     server = TableStore(store.data_dir).open("acme", "metrics")
     live = metrics_table(20, start_us=T0_US + 600_000_000, span_s=60, series=10, seed=6)
-    real_commit = commit_mod.commit_change
+    real_commit = table.commit
 
     def flush_first(*args: object, **kwargs: object) -> object:
         server.flush(live, wal_lsn=1)
         return real_commit(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(commit_mod, "commit_change", flush_first)
+    monkeypatch.setattr(table, "commit", flush_first)
     with pytest.raises(CoverageOverlapError):
         backfill(spark, table, [history], cfg)
     # exactly the flushed rows; the job's written files are gone again

@@ -11,8 +11,8 @@ import pytest
 
 from loadtest.pipeline_data import metrics_table
 from shoal import config as config_mod
-from shoal.otlp.schema import METRICS_SCHEMA
 from shoal.pipeline.compact import compact_table
+from shoal.schema import METRICS_SCHEMA
 from shoal.storage.store import TableStore
 from tests.pipeline.conftest import HOUR_US, T0_US, datafusion_answers, delta_rows, rows_multiset
 

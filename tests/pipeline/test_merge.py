@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from loadtest.pipeline_data import metrics_table
-from shoal.otlp.schema import METRICS, METRICS_SCHEMA
 from shoal.pipeline import encoded
 from shoal.pipeline import merge as merge_mod
 from shoal.pipeline.merge import merge_files, merge_runs
 from shoal.pipeline.writer import WriteTarget
+from shoal.schema import METRICS, METRICS_SCHEMA
 from shoal.storage import coverage as cov
 from shoal.storage import layout
 from tests.pipeline.conftest import HOUR_US, T0_US, rows_multiset

@@ -10,8 +10,9 @@ import pytest
 from loadtest.pipeline_data import metrics_table
 from shoal import config as config_mod
 from shoal.errors import JobConflictError
-from shoal.pipeline.commit import Change, relative, run_with_retries
+from shoal.pipeline.commit import relative, run_with_retries
 from shoal.pipeline.retention import apply_retention, retention_days
+from shoal.storage.commit import Commit
 from shoal.storage.store import TableStore
 from shoal.storage.types import TableSnapshot
 from tests.pipeline.conftest import HOUR_US, T0_US, delta_rows, rows_multiset
@@ -61,15 +62,17 @@ def test_conflict_rereads_and_retries(store: TableStore, cfg: config_mod.Config)
     table = store.open("acme", "metrics")
     calls: list[int] = []
 
-    def attempt(snapshot: TableSnapshot) -> Change | None:
+    def attempt(snapshot: TableSnapshot) -> Commit | None:
         calls.append(snapshot.version)
         if not snapshot.files:
             return None
         victim = relative(table.path, snapshot.files[0].path)
         if len(calls) == 1:
             # another writer removes the same file first
-            table.commit([], [victim], operation="TEST", read_version=snapshot.version)
-        return Change((), (victim,), "TEST", data_change=True)
+            table.commit(
+                Commit("TEST", (), (victim,), data_change=True, read_version=snapshot.version)
+            )
+        return Commit("TEST", (), (victim,), data_change=True)
 
     result = run_with_retries("test", table, attempt, attempts=3)
     assert result is not None
@@ -82,10 +85,10 @@ def test_gives_up_with_a_clear_error(store: TableStore) -> None:
     _fill(store)
     table = store.open("acme", "metrics")
 
-    def always_lose(snapshot: TableSnapshot) -> Change | None:
+    def always_lose(snapshot: TableSnapshot) -> Commit | None:
         victim = relative(table.path, snapshot.files[0].path)
-        table.commit([], [victim], operation="TEST", read_version=snapshot.version)
-        return Change((), (victim,), "TEST", data_change=True)
+        table.commit(Commit("TEST", (), (victim,), data_change=True, read_version=snapshot.version))
+        return Commit("TEST", (), (victim,), data_change=True)
 
     version = table.snapshot().version
     with pytest.raises(JobConflictError, match="conflicted 2 times; nothing was changed"):

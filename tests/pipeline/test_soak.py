@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 
 from loadtest.ingest import ServerProcess
 from loadtest.pipeline_data import metrics_table
+from shoal.storage.importer import import_files
 from shoal.storage.store import TableStore
 from tests.conftest import Track
 from tests.pipeline.helpers import ROOT, child_env, shoal_cmd
@@ -40,8 +41,12 @@ def test_soak_ingest_with_maintenance_loop(tmp_path: Path, children: Track) -> N
     # that no WAL LSN is recorded: the server's own LSNs start at 1)
     old = tmp_path / "old.parquet"
     pq.write_table(metrics_table(500, start_us=OLD_US, span_s=600, series=5), old)
-    TableStore(data).open("default", "metrics").import_files(
-        [old], time_column=None, allow_overlap=False, progress=None
+    import_files(
+        TableStore(data).open("default", "metrics"),
+        [old],
+        time_column=None,
+        allow_overlap=False,
+        progress=None,
     )
     env = {"SHOAL_FLUSH_MAX_AGE_S": "2", "SHOAL_RETENTION_DAYS": "330"}
     server = ServerProcess(data, env=env, log_path=tmp_path / "server.log")

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from shoal.otlp.schema import SIGNAL_TABLES
 from shoal.query.limits import Limits
 from shoal.query.service import QueryService
-from shoal.query.source import MemorySnapshot
+from shoal.schema import SIGNAL_TABLES
+from shoal.storage.snapshot import MemorySnapshot
 from shoal.storage.store import TableStore
 
 HOUR_US = 3_600_000_000

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shoal.storage import layout
-from shoal.storage.types import NewFile
+from shoal.storage.commit import Commit, NewFile
 
 from .helpers import Harness, metric_rows
 
@@ -29,7 +29,11 @@ def _compact(harness: Harness, tenant: str, table: str) -> int:
     target = handle.path / rel
     layout.write_parquet(handle.conform(merged), target, handle.spec)
     removes = [os.path.relpath(f.path, handle.path) for f in snap.files]
-    handle.commit([NewFile(rel)], removes, operation="compact", read_version=snap.version)
+    handle.commit(
+        Commit(
+            "compact", (NewFile(rel),), tuple(removes), data_change=False, read_version=snap.version
+        )
+    )
     return len(removes)
 
 

@@ -14,9 +14,9 @@ from datafusion import SessionContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shoal.otlp.schema import SIGNAL_TABLES
 from shoal.query import prune
 from shoal.query.service import QueryService
+from shoal.schema import SIGNAL_TABLES
 
 from .helpers import BASE_US, HOUR_US, Harness, metric_rows
 

@@ -14,9 +14,9 @@ from loadtest.ingest import BASE_NS
 from shoal import otlp
 from shoal.server import records
 from shoal.server.flusher import Flusher
-from shoal.server.metrics import ServerMetrics
-from shoal.server.snapshot import Snapshot
+from shoal.server.telemetry import ServerMetrics
 from shoal.storage import faults
+from shoal.storage.snapshot import Snapshot
 from shoal.storage.store import TableStore
 from shoal.wal import Wal
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from loadtest import payloads
-from shoal.api.ingest import IngestHandler
+from shoal.api.ingest_handler import IngestHandler
 from shoal.errors import DecodeError, OverloadedError, WalError
 from shoal.server import records
-from shoal.server.ingest import Ingestor
+from shoal.server.ingestor import Ingestor
 from shoal.server.queue import IngestQueue
-from shoal.server.snapshot import Snapshot
+from shoal.storage.snapshot import Snapshot
 from shoal.wal import Wal
 
 

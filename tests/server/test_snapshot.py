@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from shoal.server.snapshot import Snapshot
+from shoal.storage.snapshot import Snapshot
 
 
 def _rows(n: int, start: int = 0) -> pa.Table:

@@ -7,7 +7,7 @@ import random
 
 import pyarrow as pa
 
-from shoal.otlp.schema import LOGS_SCHEMA, METRICS_SCHEMA
+from shoal.schema import LOGS_SCHEMA, METRICS_SCHEMA
 
 BASE = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 BASE_US = int(BASE.timestamp()) * 1_000_000

@@ -12,6 +12,7 @@ from deltalake import DeltaTable
 from shoal.cli import main
 from shoal.errors import CoverageOverlapError, SchemaMismatchError, StorageError
 from shoal.storage import TableStore, layout
+from shoal.storage.importer import import_files
 
 from .helpers import BASE, BASE_US, logs_table, random_logs
 
@@ -34,7 +35,7 @@ def test_overlap_is_rejected_with_the_ranges_named(store: TableStore, tmp_path: 
     )
     path = _write(tmp_path / "clash.parquet", clash)
     with pytest.raises(CoverageOverlapError) as info:
-        table.import_files([path])
+        import_files(table, [path])
     assert info.value.ranges == [
         ((BASE + dt.timedelta(minutes=5)).isoformat(), (BASE + dt.timedelta(minutes=7)).isoformat())
     ]
@@ -42,7 +43,7 @@ def test_overlap_is_rejected_with_the_ranges_named(store: TableStore, tmp_path: 
     assert table.snapshot().rows == 10
     assert not list(table.path.glob("imported/*")) and len(table.snapshot().files) == 1
 
-    result = table.import_files([path], allow_overlap=True)
+    result = import_files(table, [path], allow_overlap=True)
     assert result.rows_added == 5
     assert table.snapshot().rows == 15
 
@@ -62,7 +63,7 @@ def test_non_overlapping_import_is_accepted(store: TableStore, tmp_path: Path) -
     one_hour = logs_table([BASE_US + 20 * MIN], ["web"], first_id=5000)
     paths = [_write(tmp_path / "a.parquet", later), _write(tmp_path / "b.parquet", one_hour)]
     seen: list[tuple[int, int]] = []
-    result = table.import_files(paths, progress=lambda d, t: seen.append((d, t)))
+    result = import_files(table, paths, progress=lambda d, t: seen.append((d, t)))
     assert seen == [(1, 2), (2, 2)]
     assert result.rows_added == 501 and result.files_added == 2
     assert table.history(1)[0].operation == "import"
@@ -93,7 +94,7 @@ def test_a_flush_committed_during_the_import_makes_it_fail_cleanly(
         server.flush(logs_table([BASE_US + 3 * MIN + 7], ["api"], first_id=900), 1)
 
     with pytest.raises(CoverageOverlapError) as info:
-        table.import_files([path], progress=flush_meanwhile)
+        import_files(table, [path], progress=flush_meanwhile)
     assert info.value.ranges == [
         ((BASE + dt.timedelta(minutes=3)).isoformat(), (BASE + dt.timedelta(minutes=4)).isoformat())
     ]
@@ -111,7 +112,7 @@ def test_files_overlapping_each_other_are_rejected(store: TableStore, tmp_path: 
     a = _write(tmp_path / "a.parquet", logs_table([BASE_US], ["api"]))
     b = _write(tmp_path / "b.parquet", logs_table([BASE_US + 5], ["api"], first_id=9))
     with pytest.raises(CoverageOverlapError):
-        table.import_files([a, b])
+        import_files(table, [a, b])
     assert table.snapshot().rows == 0
 
 
@@ -126,15 +127,15 @@ def test_castable_files_are_rewritten_and_mismatches_refused(
         data.column(0).cast(pa.timestamp("ns", tz="UTC")),
     )
     path = _write(tmp_path / "ns.parquet", ns)
-    result = table.import_files([path])
+    result = import_files(table, [path])
     assert result.files_added == 2  # split by hour, written with shoal's rules
     for f in table.snapshot().files:
         assert pq.ParquetFile(f.path).schema_arrow.equals(table.spec.schema)
     bad = _write(tmp_path / "bad.parquet", data.drop_columns(["severity_number"]))
     with pytest.raises(SchemaMismatchError, match="missing column 'severity_number'"):
-        table.import_files([bad], allow_overlap=True)
+        import_files(table, [bad], allow_overlap=True)
     with pytest.raises(StorageError, match="not a readable Parquet file"):
-        table.import_files([tmp_path / "bad.parquet", _write_text(tmp_path / "x.parquet")])
+        import_files(table, [tmp_path / "bad.parquet", _write_text(tmp_path / "x.parquet")])
 
 
 def _write_text(path: Path) -> Path:

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shoal.otlp.schema import LOGS, METRICS
+from shoal.schema import LOGS, METRICS
 from shoal.storage import layout
 
 from .helpers import BASE_US, metrics_table, random_logs

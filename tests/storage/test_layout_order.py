@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.otlp.schema import TableSpec
+from shoal.schema import TableSpec
 from shoal.storage import layout
 
 _HOUR = layout.HOUR_US

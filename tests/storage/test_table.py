@@ -12,8 +12,9 @@ import pytest
 from deltalake import DeltaTable
 
 from shoal.errors import CommitConflictError, SchemaMismatchError, TableNotFoundError
-from shoal.otlp.schema import LOGS_SCHEMA, TableSpec
+from shoal.schema import LOGS_SCHEMA, TableSpec
 from shoal.storage import NewFile, TableStore, layout
+from shoal.storage.commit import Commit
 
 from .helpers import BASE, BASE_US, logs_table, random_logs
 
@@ -156,7 +157,7 @@ def test_user_table_spec_is_kept(store: TableStore) -> None:
 def _compact(table_path: Path, files: list[str]) -> NewFile:
     merged = pa.concat_tables([pq.read_table(table_path / f) for f in files])
     rel = layout.hour_file_path(layout.hour_index(BASE_US))
-    from shoal.otlp.schema import LOGS
+    from shoal.schema import LOGS
 
     ((_, piece),) = layout.split_by_hour(merged, LOGS)
     layout.write_parquet(piece, table_path / rel, LOGS)
@@ -172,7 +173,9 @@ def test_commit_compaction_survives_concurrent_append(store: TableStore) -> None
     new = _compact(table.path, rels)
     # a flush lands after the compaction read its version
     table.flush(logs_table([BASE_US + 10], ["api"], first_id=3), 3)
-    result = table.commit([new], rels, operation="compact", read_version=snap.version)
+    result = table.commit(
+        Commit("compact", (new,), tuple(rels), data_change=False, read_version=snap.version)
+    )
     assert result.files_removed == 2 and result.files_added == 1
     after = table.snapshot()
     assert len(after.files) == 2 and after.rows == 3
@@ -189,9 +192,13 @@ def test_commit_conflicts_when_a_file_was_removed(store: TableStore) -> None:
     rels = [os.path.relpath(f.path, table.path) for f in snap.files]
     first = _compact(table.path, rels)
     second = _compact(table.path, rels)
-    table.commit([first], rels, operation="compact", read_version=snap.version)
+    table.commit(
+        Commit("compact", (first,), tuple(rels), data_change=False, read_version=snap.version)
+    )
     with pytest.raises(CommitConflictError, match="refresh and retry"):
-        table.commit([second], rels, operation="compact", read_version=snap.version)
+        table.commit(
+            Commit("compact", (second,), tuple(rels), data_change=False, read_version=snap.version)
+        )
     assert table.snapshot().rows == 2
 
 
@@ -224,7 +231,15 @@ def test_metrics_coverage_per_series_and_stats_from_the_caller(store: TableStore
     rel = layout.hour_file_path(layout.hour_index(BASE_US))
     layout.write_parquet(merged, table.path / rel, table.spec)
     stats = layout.stats_for_file(table.path / rel, table.spec).to_json()
-    table.commit([NewFile(rel, stats=stats)], rels, operation="compact", read_version=snap.version)
+    table.commit(
+        Commit(
+            "compact",
+            (NewFile(rel, stats=stats),),
+            tuple(rels),
+            data_change=False,
+            read_version=snap.version,
+        )
+    )
     (only,) = table.snapshot().files
     assert (only.min_time_us, only.max_time_us) == (times[0], times[-1])
     assert table.coverage(BASE, BASE + dt.timedelta(minutes=6), series="22").covered_buckets == 3
@@ -246,7 +261,15 @@ def test_snapshot_after_own_commits_matches_a_fresh_load(store: TableStore) -> N
         table.flush(random_logs(random.Random(lsn), 100, first_id=lsn * 1000, hours=1), lsn)
     snap = table.snapshot()
     rels = [os.path.relpath(f.path, table.path) for f in snap.files][:2]
-    table.commit([_compact(table.path, rels)], rels, operation="compact", read_version=snap.version)
+    table.commit(
+        Commit(
+            "compact",
+            (_compact(table.path, rels),),
+            tuple(rels),
+            data_change=False,
+            read_version=snap.version,
+        )
+    )
     mine = table.snapshot()
     fresh = TableStore(store.data_dir).open("acme", "logs").snapshot()
     assert (mine.version, mine.committed_lsn) == (fresh.version, fresh.committed_lsn) == (4, 3)

@@ -14,7 +14,7 @@ encoded inline (see :func:`_encoder`), and the bytes take the protobuf path.
 
 Anything this path does not accept (a wrong type, a bad id, an integer out
 of range, a value with two fields) raises :class:`NotFast`; the caller then
-runs the slower, path-tracking walk of :mod:`shoal.otlp.otlpjson`, which
+runs the slower, path-tracking walk of :mod:`shoal.otlp.json_walk`, which
 either decodes the request or raises the user-facing error.
 """
 
@@ -592,7 +592,7 @@ def _encoder(
         src.write(f"# {field.name} = {field.number}")
         emit(src, var)
     src.write('return b"".join(out)')
-    encode: Encoder = src.function(name, f"<jsonwire {descriptor.full_name}>")
+    encode: Encoder = src.function(name, f"<json_fast {descriptor.full_name}>")
     return encode
 
 

@@ -1,6 +1,6 @@
 """The server side of ingest: admission, WAL append, and waiting for the fsync.
 
-:class:`Ingestor` implements :class:`shoal.api.ingest.IngestSink`. On the
+:class:`Ingestor` implements :class:`shoal.ack.IngestSink`. On the
 worker thread that decoded it, a table is admitted to the bounded queue,
 encoded as a WAL payload and appended with the tag ``(tenant, table, rows,
 ack)``: the WAL's ``on_durable`` callback (:meth:`Ingestor.on_durable`) adds
@@ -20,7 +20,7 @@ from typing import Protocol, cast
 
 import pyarrow as pa
 
-from shoal.api.ingest import Ack, resolve_acks
+from shoal.ack import Ack, resolve_acks
 from shoal.errors import NotReadyError, ShuttingDownError, WalFatalError
 from shoal.server import records
 from shoal.server.queue import IngestQueue

@@ -5,6 +5,15 @@ replay at startup), so each table's list is in LSN order. A query copies the
 list references under the lock (:meth:`Snapshot.batches`); the flusher takes
 everything up to an LSN (:meth:`Snapshot.take`) and, once committed, drops it
 (:meth:`Snapshot.drop_through`). Nothing slow happens under the lock.
+
+The read protocol (:class:`SnapshotSource`): each batch carries the WAL LSN
+of the record it came from. A query copies the batch references *first*,
+then reads each table's latest Delta snapshot and keeps only batches whose
+LSN is above that snapshot's committed WAL LSN (the Delta transaction version
+of app ``shoal-wal``). Because the flusher drops records from the snapshot
+only after their commit, this sees every acknowledged record exactly once
+without holding any lock while Delta is read. :class:`MemorySnapshot` is a
+plain implementation for tests and the CLI.
 """
 
 from __future__ import annotations
@@ -13,10 +22,51 @@ import dataclasses
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple, Protocol
 
 import pyarrow as pa
 
-from shoal.query.source import LsnBatch
+
+class LsnBatch(NamedTuple):
+    lsn: int
+    batch: pa.RecordBatch
+
+
+class SnapshotSource(Protocol):
+    def batches(self, tenant: str) -> Mapping[str, Sequence[LsnBatch]]:
+        """The tenant's unflushed batches per table, copied under a short lock."""
+        ...
+
+    def last_lsn(self) -> int:
+        """The highest LSN visible in the snapshot (for ETags)."""
+        ...
+
+
+class MemorySnapshot:
+    """A plain in-memory :class:`SnapshotSource` for tests and the CLI."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data: dict[str, dict[str, list[LsnBatch]]] = {}
+        self._last_lsn = 0
+
+    def add(self, tenant: str, table: str, lsn: int, batch: pa.RecordBatch) -> None:
+        with self._lock:
+            self._data.setdefault(tenant, {}).setdefault(table, []).append(LsnBatch(lsn, batch))
+            self._last_lsn = max(self._last_lsn, lsn)
+
+    def drop_through(self, tenant: str, table: str, lsn: int) -> None:
+        with self._lock:
+            items = self._data.get(tenant, {}).get(table, [])
+            self._data.setdefault(tenant, {})[table] = [b for b in items if b.lsn > lsn]
+
+    def batches(self, tenant: str) -> Mapping[str, Sequence[LsnBatch]]:
+        with self._lock:
+            return {name: list(items) for name, items in self._data.get(tenant, {}).items()}
+
+    def last_lsn(self) -> int:
+        with self._lock:
+            return self._last_lsn
 
 
 @dataclasses.dataclass
@@ -38,7 +88,7 @@ class SnapshotStats:
 
 
 class Snapshot:
-    """Implements :class:`shoal.query.source.SnapshotSource`."""
+    """The server's :class:`SnapshotSource`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -31,7 +31,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from shoal.errors import DecodeError
-from shoal.otlp import anyvalue, jsonwire
+from shoal.otlp import anyvalue, json_fast
 
 REQUESTS: dict[str, type[Message]] = {
     "metrics": ExportMetricsServiceRequest,
@@ -62,8 +62,8 @@ def to_protobuf(signal: str, body: bytes) -> bytes:
     """Serialized protobuf request equivalent to the OTLP/JSON ``body``."""
     cls = REQUESTS[signal]
     try:
-        return jsonwire.to_protobuf(cls.DESCRIPTOR, body)
-    except jsonwire.NotFast:
+        return json_fast.to_protobuf(cls.DESCRIPTOR, body)
+    except json_fast.NotFast:
         pass  # the walk below decodes it, or says exactly what is wrong and where
     try:
         obj = json.loads(body)

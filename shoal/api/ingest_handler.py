@@ -17,11 +17,10 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Protocol
 
-import pyarrow as pa
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsPartialSuccess,
@@ -37,6 +36,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from shoal import otlp
+from shoal.ack import Ack, IngestSink
 from shoal.api.status import classify
 
 logger = logging.getLogger(__name__)
@@ -47,89 +47,21 @@ Decoder = Callable[[bytes], otlp.DecodeResult]
 """A request body -> the rows of its signal's table."""
 
 
-def _settle(future: asyncio.Future[int], value: int, error: BaseException | None) -> None:
-    if future.done():  # the request was cancelled meanwhile
-        return
-    if error is None:
-        future.set_result(value)
-    else:
-        future.set_exception(error)
-
-
-def _settle_many(items: list[tuple[asyncio.Future[int], int]]) -> None:
-    for future, value in items:
-        _settle(future, value, None)
-
-
-class Ack:
-    """The completion of one ingest request, resolvable from any thread.
-
-    ``future`` (on the request's event loop) resolves to the WAL LSN once the
-    rows are durable, to 0 when there was nothing to store, or fails with the
-    error that refused the request. The worker thread fills in the decode
-    outcome (``accepted``, ``rejected``, ``errors``) before handing it on.
-    """
-
-    __slots__ = ("accepted", "errors", "future", "loop", "rejected")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.future: asyncio.Future[int] = loop.create_future()
-        self.accepted = 0
-        self.rejected = 0
-        self.errors: list[str] = []
-
-    def resolve(self, lsn: int) -> None:
-        self.loop.call_soon_threadsafe(_settle, self.future, lsn, None)
-
-    def fail(self, error: BaseException) -> None:
-        self.loop.call_soon_threadsafe(_settle, self.future, 0, error)
-
-
-def resolve_acks(acks: Iterable[tuple[int, Ack]]) -> None:
-    """Resolve many acks (a WAL group) with one wake-up per event loop."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[int], int]]] = {}
-    for lsn, ack in acks:
-        by_loop.setdefault(ack.loop, []).append((ack.future, lsn))
-    for loop, items in by_loop.items():
-        loop.call_soon_threadsafe(_settle_many, items)
-
-
-class IngestSink(Protocol):
-    """Where decoded data goes: the server's queue in front of the WAL."""
-
-    def check_admission(self) -> None:
-        """Raise (not ready, shutting down, queue full) before any work is spent."""
-        ...
-
-    def append(self, tenant: str, signal: str, table: pa.Table, ack: Ack) -> None:
-        """On a worker thread: admit, encode and append ``table`` for ``tenant``.
-
-        Raises if it is refused at once; otherwise ``ack`` is resolved with the
-        WAL LSN once the rows are durable (and in the snapshot), or failed.
-        """
-        ...
-
-
 class IngestMetrics(Protocol):
-    def accepted(self, signal: str, tenant: str, count: int) -> None: ...
+    """What ingest reports; the bodies do nothing, so :class:`NoopIngestMetrics` is empty."""
 
-    def rejected(self, signal: str, tenant: str, reason: str, count: int) -> None: ...
-
-    def request(
-        self, signal: str, protocol: str, tenant: str, status: str, seconds: float
-    ) -> None: ...
-
-
-class NoopIngestMetrics:
     def accepted(self, signal: str, tenant: str, count: int) -> None:
-        pass
+        return None
 
     def rejected(self, signal: str, tenant: str, reason: str, count: int) -> None:
-        pass
+        return None
 
     def request(self, signal: str, protocol: str, tenant: str, status: str, seconds: float) -> None:
-        pass
+        return None
+
+
+class NoopIngestMetrics(IngestMetrics):
+    """Reports nothing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,33 +71,26 @@ class IngestOutcome:
     error_message: str
 
 
+_RESPONSES: dict[str, tuple[type[Message], type[Message], str]] = {
+    "metrics": (
+        ExportMetricsServiceResponse,
+        ExportMetricsPartialSuccess,
+        "rejected_data_points",
+    ),
+    "logs": (ExportLogsServiceResponse, ExportLogsPartialSuccess, "rejected_log_records"),
+    "spans": (ExportTraceServiceResponse, ExportTracePartialSuccess, "rejected_spans"),
+}
+"""Per signal: the Export*ServiceResponse, its partial-success message, the count's field."""
+
+
 def export_response(signal: str, outcome: IngestOutcome | None) -> Message:
     """The signal's ``Export*ServiceResponse``; partial_success only when points were dropped."""
+    response, partial, field = _RESPONSES[signal]
     rejected = outcome.rejected if outcome else 0
-    message = outcome.error_message if outcome and rejected else ""
-    if signal == "metrics":
-        if rejected:
-            return ExportMetricsServiceResponse(
-                partial_success=ExportMetricsPartialSuccess(
-                    rejected_data_points=rejected, error_message=message
-                )
-            )
-        return ExportMetricsServiceResponse()
-    if signal == "logs":
-        if rejected:
-            return ExportLogsServiceResponse(
-                partial_success=ExportLogsPartialSuccess(
-                    rejected_log_records=rejected, error_message=message
-                )
-            )
-        return ExportLogsServiceResponse()
-    if rejected:
-        return ExportTraceServiceResponse(
-            partial_success=ExportTracePartialSuccess(
-                rejected_spans=rejected, error_message=message
-            )
-        )
-    return ExportTraceServiceResponse()
+    if not rejected:
+        return response()
+    message = outcome.error_message if outcome else ""
+    return response(partial_success=partial(**{field: rejected, "error_message": message}))
 
 
 class IngestHandler:

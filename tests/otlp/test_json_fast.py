@@ -2,7 +2,7 @@
 
 Every generated request, rendered as OTLP/JSON with camelCase keys and again
 with the original snake_case keys, must come back from
-``jsonwire.to_protobuf`` as the same message (compared through its JSON
+``json_fast.to_protobuf`` as the same message (compared through its JSON
 rendering, so that NaN equals NaN), without falling back to the slow walk.
 Input the fast path refuses must raise ``NotFast``, and ``decode`` must then
 still give the path-tracking walk's answer. Messages of every type in the
@@ -35,9 +35,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from loadtest.payloads import logs_request, metrics_request, traces_request
 from shoal.errors import DecodeError
-from shoal.otlp import decode, jsonwire, otlpjson
+from shoal.otlp import decode, json_fast, json_walk
 
-from .otlpjson_helpers import identical, to_otlp_json
+from .json_helpers import identical, to_otlp_json
 from .test_anyvalue import any_values
 from .test_fuzz import FUZZ, keyvalues, logs_requests, metrics_requests, traces_requests
 
@@ -70,7 +70,7 @@ def _same(a: Message, b: Message) -> bool:
 def _round_trip(req: Message) -> None:
     cls = type(req)
     for body in (to_otlp_json(req), _snake_json(req)):
-        wire = jsonwire.to_protobuf(cls.DESCRIPTOR, body)
+        wire = json_fast.to_protobuf(cls.DESCRIPTOR, body)
         assert _same(cls.FromString(wire), req)
 
 
@@ -127,8 +127,8 @@ def test_benchmark_payloads_take_the_fast_path() -> None:
     ],
 )
 def test_refused_input_gets_the_walks_error(body: bytes, needle: str) -> None:
-    with pytest.raises(jsonwire.NotFast):
-        jsonwire.to_protobuf(ExportLogsServiceRequest.DESCRIPTOR, body)
+    with pytest.raises(json_fast.NotFast):
+        json_fast.to_protobuf(ExportLogsServiceRequest.DESCRIPTOR, body)
     with pytest.raises(DecodeError, match=needle.replace("[", r"\[").replace("]", r"\]")):
         decode("logs", body, json=True)
 
@@ -141,7 +141,7 @@ def test_mixed_spellings_and_string_numbers() -> None:
         b' "attributes": [{"key": "a", "value": {"intValue": 3}}]},'
         b' {"timeUnixNano": "6", "as_double": "NaN"}]}}]}]}]}'
     )
-    wire = jsonwire.to_protobuf(ExportMetricsServiceRequest.DESCRIPTOR, body)
+    wire = json_fast.to_protobuf(ExportMetricsServiceRequest.DESCRIPTOR, body)
     req = ExportMetricsServiceRequest.FromString(wire)
     total = decode("metrics", body, json=True)
     assert identical(total.table, decode("metrics", wire).table)
@@ -155,7 +155,7 @@ def test_mixed_spellings_and_string_numbers() -> None:
 
 def _walk(body: bytes) -> bytes | None:
     """What the path-tracking walk makes of a metrics body (None when it refuses it)."""
-    convert = otlpjson._converter(ExportMetricsServiceRequest.DESCRIPTOR)
+    convert = json_walk._converter(ExportMetricsServiceRequest.DESCRIPTOR)
     try:
         return ExportMetricsServiceRequest(**convert(json.loads(body), "")).SerializeToString()
     except DecodeError:
@@ -174,8 +174,8 @@ def test_fast_path_is_no_more_lenient_than_the_walk(field: str, value: str) -> N
     body = ('{"resourceMetrics": [{"scopeMetrics": [{"metrics": [' + metric + "]}]}]}").encode()
     expected = _walk(body)
     try:
-        fast = jsonwire.to_protobuf(ExportMetricsServiceRequest.DESCRIPTOR, body)
-    except jsonwire.NotFast:
+        fast = json_fast.to_protobuf(ExportMetricsServiceRequest.DESCRIPTOR, body)
+    except json_fast.NotFast:
         return  # the walk decides; decode() then gives exactly its answer
     assert expected is not None, "the fast path accepted what the walk refuses"
     assert _same(
@@ -248,7 +248,7 @@ def _messages(draw: st.DrawFn, descriptor: Descriptor) -> Message:
 def _reachable() -> list[Descriptor]:
     """Every message type of the three requests, AnyValue's included."""
     found: dict[str, Descriptor] = {}
-    stack = [cls.DESCRIPTOR for cls in otlpjson.REQUESTS.values()] + [AnyValue.DESCRIPTOR]
+    stack = [cls.DESCRIPTOR for cls in json_walk.REQUESTS.values()] + [AnyValue.DESCRIPTOR]
     while stack:
         descriptor = stack.pop()
         if descriptor.full_name not in found:
@@ -308,10 +308,10 @@ def _render(message: Message, data: st.DataObject) -> bytes:
 def test_every_field_matches_the_walk_byte_for_byte(req: Message, data: st.DataObject) -> None:
     cls = type(req)
     body = _render(req, data)
-    wire = jsonwire.to_protobuf(cls.DESCRIPTOR, body)  # the fast path takes it
+    wire = json_fast.to_protobuf(cls.DESCRIPTOR, body)  # the fast path takes it
     decoded = cls.FromString(wire)
     assert _same(decoded, req)
-    walked = cls(**otlpjson._converter(cls.DESCRIPTOR)(json.loads(body), ""))
+    walked = cls(**json_walk._converter(cls.DESCRIPTOR)(json.loads(body), ""))
     canonical = decoded.SerializeToString(deterministic=True)
     # the same bits as the walk's message: -0.0, NaN, zero oneof members and all
     assert canonical == walked.SerializeToString(deterministic=True)

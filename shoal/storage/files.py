@@ -1,0 +1,179 @@
+"""Writing a table's files before a commit: data conformed, split, sorted, fsynced, with coverage.
+
+Steps 1 and 2 of the commit protocol (docs/storage.md): each Parquet file is
+written under ``hour=.../`` and fsynced with its directory, then each file's
+coverage under ``_coverage/``. The result is a list of
+:class:`~shoal.storage.commit.PreparedFile` that a :class:`~shoal.storage.commit.Commit`
+adds; when the commit is refused, :meth:`TableFiles.discard` deletes them again.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shoal.errors import SchemaMismatchError, StorageError
+from shoal.schema import TableSpec
+from shoal.storage import coverage as cov
+from shoal.storage import faults, layout
+from shoal.storage.commit import NewFile, PreparedFile
+from shoal.storage.durable import fsync_dir, fsync_file, make_dirs_durable
+from shoal.storage.spec import schema_differences
+
+logger = logging.getLogger(__name__)
+
+Rows = TypeVar("Rows", pa.Table, pa.RecordBatch)
+
+
+def conform(data: Rows, schema: pa.Schema, label: str) -> Rows:
+    """``data`` with exactly ``schema`` (columns selected and cast), or SchemaMismatchError."""
+    if data.schema.equals(schema):
+        return data
+    diffs = schema_differences(data.schema, schema)
+    try:
+        data = data.select(schema.names).cast(schema)
+    except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        raise SchemaMismatchError(label, diffs or ["incompatible types"]) from None
+    for field in schema:
+        if not field.nullable and data.column(field.name).null_count:
+            raise SchemaMismatchError(
+                label, [f"column {field.name!r} holds nulls but the table requires values"]
+            )
+    return data
+
+
+def discard(paths: Iterable[Path]) -> None:
+    """Delete files no commit references (best effort: vacuum catches leftovers)."""
+    for path in paths:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError:
+            logger.warning("could not delete uncommitted file %s; vacuum will", path)
+
+
+class TableFiles:
+    """The files of one table directory: how they are written, described and discarded."""
+
+    def __init__(self, root: Path, spec: TableSpec, bucket_s: int, label: str) -> None:
+        self.root = root
+        self.spec = spec
+        self.bucket_s = bucket_s
+        self.label = label
+
+    def conform(self, data: pa.Table) -> pa.Table:
+        return conform(data, self.spec.schema, self.label)
+
+    def compute_coverage(self, data: pa.Table) -> cov.Coverage:
+        """The coverage of rows holding at least the time (and series) column."""
+        time_us = layout.time_as_us(data.column(self.spec.time_column))
+        series = None
+        if self.spec.series_columns and self.spec.series_columns[0] in data.schema.names:
+            series = data.column(self.spec.series_columns[0])
+        return cov.compute(time_us, series, self.bucket_s)
+
+    def coverage_of_file(self, path: Path) -> cov.Coverage:
+        """A data file's coverage, computed by reading its time and series columns."""
+        names = pq.ParquetFile(path).schema_arrow.names
+        columns = [c for c in (self.spec.time_column, *self.spec.series_columns) if c in names]
+        return self.compute_coverage(pq.read_table(path, columns=columns))
+
+    def write(self, data: pa.Table) -> list[PreparedFile]:
+        """Split conformed rows by hour, sort, write and fsync the files and their coverage."""
+        prepared: list[PreparedFile] = []
+        dirs: set[Path] = set()
+        try:
+            for hour, piece in layout.split_by_hour(data, self.spec):
+                rel = layout.hour_file_path(hour)
+                target = self.root / rel
+                if target.parent not in dirs:
+                    make_dirs_durable(target.parent, self.root)
+                    dirs.add(target.parent)
+                size = layout.write_parquet(piece, target, self.spec)
+                stats = layout.compute_stats(piece, self.spec)
+                prepared.append(PreparedFile(rel, size, stats, self.compute_coverage(piece)))
+            for d in dirs:
+                fsync_dir(d)
+            faults.point("parquet-written")
+            self.write_coverage(prepared)
+        except BaseException:
+            self.discard(prepared)
+            raise
+        return prepared
+
+    def adopt(
+        self, source: Path, hours: set[int], stats: layout.FileStats, coverage: cov.Coverage
+    ) -> PreparedFile:
+        """Copy a file that already has the table's exact schema, byte for byte, fsynced.
+
+        It goes to its hour's directory when its rows fall in one hour, else to
+        ``imported/``.
+        """
+        if len(hours) == 1:
+            rel = layout.hour_file_path(next(iter(hours)))
+        else:
+            rel = f"{layout.IMPORT_DIR}/{layout.new_file_name()}"
+        target = self.root / rel
+        make_dirs_durable(target.parent, self.root)
+        shutil.copyfile(source, target)
+        fsync_file(target)
+        fsync_dir(target.parent)
+        item = PreparedFile(rel, target.stat().st_size, stats, coverage)
+        try:
+            self.write_coverage([item])
+        except BaseException:
+            self.discard([item])
+            raise
+        return item
+
+    def prepare(self, adds: Sequence[PreparedFile | NewFile]) -> list[PreparedFile]:
+        """Every add of a commit as a PreparedFile: files written elsewhere (Spark) are
+        checked, described from their stats, fsynced, and given coverage if they lack it."""
+        prepared: list[PreparedFile] = []
+        missing: list[PreparedFile] = []
+        for add in adds:
+            if isinstance(add, PreparedFile):
+                prepared.append(add)
+                continue
+            full = self.root / add.path
+            if not full.is_file():
+                raise StorageError(f"{self.label}: file to add does not exist: {add.path}")
+            if add.stats is not None:
+                stats = layout.parse_stats(add.stats, self.spec.time_column)
+            else:
+                stats = layout.stats_for_file(full, self.spec)
+            size = add.size if add.size is not None else full.stat().st_size
+            cov_file = self.root / layout.coverage_path(add.path)
+            if cov_file.exists():
+                item = PreparedFile(add.path, size, stats, cov.read(cov_file))
+            else:
+                item = PreparedFile(add.path, size, stats, self.coverage_of_file(full))
+                missing.append(item)
+            prepared.append(item)
+            fsync_file(full)
+            fsync_dir(full.parent)
+        self.write_coverage(missing)
+        return prepared
+
+    def write_coverage(self, prepared: Sequence[PreparedFile]) -> None:
+        if not prepared:
+            return
+        cov_dir = self.root / layout.COVERAGE_DIR
+        make_dirs_durable(cov_dir, self.root)
+        for item in prepared:
+            cov.write(self.root / layout.coverage_path(item.path), item.coverage)
+        fsync_dir(cov_dir)
+        faults.point("coverage-written")
+
+    def discard(self, adds: Iterable[PreparedFile | NewFile]) -> None:
+        """Delete the data and coverage files of adds that no commit will reference."""
+        discard(
+            self.root / rel for add in adds for rel in (add.path, layout.coverage_path(add.path))
+        )
