@@ -58,7 +58,7 @@ def test_dependencies_point_one_way(layer: str, forbidden: set[str]) -> None:
         assert not bad, f"{path.relative_to(PKG)} imports {sorted(bad)}"
 
 
-@pytest.mark.parametrize("module", ["schema.py", "ack.py", "errors.py"])
+@pytest.mark.parametrize("module", ["schema.py", "ack.py", "text.py", "errors.py"])
 def test_the_seam_modules_import_no_other_layer(module: str) -> None:
     used = {m for m in _imports(PKG / module) if m.startswith("shoal.")}
     assert used <= {"shoal.errors"}, f"{module} imports {sorted(used)}"

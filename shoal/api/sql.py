@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -34,6 +33,7 @@ from shoal.errors import QueryError, QueryLimitError
 from shoal.query.encoders import ENCODERS, FORMATS, StreamStatus
 from shoal.query.service import Prepared, QueryResult, QueryService
 from shoal.query.tables import AsOf
+from shoal.text import parse_utc
 
 logger = logging.getLogger(__name__)
 
@@ -77,18 +77,12 @@ def _parse_as_of(version: str | None, timestamp: str | None) -> AsOf | None:
             raise QueryError("as_of_version must not be negative")
         return AsOf(version=number)
     if timestamp is not None:
-        text = timestamp.strip()
-        if text.endswith(("Z", "z")):
-            text = text[:-1] + "+00:00"
         try:
-            when = dt.datetime.fromisoformat(text)
+            return AsOf(timestamp=parse_utc(timestamp))
         except ValueError:
             raise QueryError(
                 f"as_of must be an ISO 8601 time such as 2026-01-05T10:00:00Z, got {timestamp!r}"
             ) from None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.UTC)
-        return AsOf(timestamp=when)
     return None
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from shoal.commands import load_config, open_store
 from shoal.errors import ConfigError, JobConflictError
 from shoal.storage.store import TableStore
+from shoal.text import parse_utc, utc_micros
 
 if TYPE_CHECKING:
     from shoal.storage.table import Table
@@ -42,12 +43,9 @@ def _parse_time(text: str | None, flag: str) -> int | None:
     if text is None:
         return None
     try:
-        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return utc_micros(parse_utc(text))
     except ValueError:
         raise ConfigError(f"{flag}: not an ISO 8601 time: {text!r}") from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    return int(value.timestamp() * 1_000_000)
 
 
 def progress(step: int, total: int, what: str) -> None:

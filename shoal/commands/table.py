@@ -10,6 +10,7 @@ from shoal.commands import load_config, open_store
 from shoal.config import Config
 from shoal.errors import ConfigError, TableNotFoundError, WalError
 from shoal.storage.table import Table
+from shoal.text import parse_utc
 
 
 def _open(args: argparse.Namespace) -> Table:
@@ -92,10 +93,9 @@ def history(args: argparse.Namespace) -> int:
 
 def parse_time(text: str, flag: str) -> dt.datetime:
     try:
-        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_utc(text)
     except ValueError:
         raise ConfigError(f"{flag}: not an ISO 8601 time: {text!r}") from None
-    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
 def coverage(args: argparse.Namespace) -> int:

@@ -35,6 +35,7 @@ from typing import Any
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 
 from shoal.errors import DecodeError
+from shoal.text import double_text
 
 __all__ = [
     "decode",
@@ -60,15 +61,6 @@ TYPE_EMPTY = "empty"
 _MAX_DEPTH = 64
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
-
-
-def double_text(value: float) -> str:
-    """Shortest round-trip text of a double; non-finite values spelled as in OTLP/JSON."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return repr(value)
 
 
 def encode(value: AnyValue) -> tuple[str, str | None]:

@@ -9,6 +9,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shoal.otlp.cache import DecodeCache
 from shoal.schema import ATTRS, UTC_US
 
 U64 = npt.NDArray[np.uint64]
@@ -22,33 +23,41 @@ _HEX_PAIRS = np.stack([_HEX[np.arange(256) >> 4], _HEX[np.arange(256) & 15]], ax
 _HEX16 = (_HEX_PAIRS[:, 0].astype("<u2") | (_HEX_PAIRS[:, 1].astype("<u2") << 8)).astype("<u2")
 
 
-_NO_STRINGS = pa.array([], pa.string())
-_EMPTY_MAPS: dict[int, pa.MapArray] = {}
+_CONSTANT_ARRAYS: DecodeCache[tuple[str, int, pa.DataType], pa.Array] = DecodeCache(
+    max_bytes=64 << 20, max_entries=1024
+)
+"""All-null and all-empty columns by length and type (arrays are immutable)."""
+
+
+def empty_lists(n: int, list_type: pa.DataType) -> pa.Array:
+    """``n`` empty values of a list or map type (cached)."""
+    key = ("empty", n, list_type)
+    array = _CONSTANT_ARRAYS.get(key)
+    if array is None:
+        offsets = pa.array(np.zeros(n + 1, dtype=np.int32))
+        if isinstance(list_type, pa.MapType):
+            keys, items = pa.array([], list_type.key_type), pa.array([], list_type.item_type)
+            array = pa.MapArray.from_arrays(offsets, keys, items, type=list_type)
+        else:
+            values = pa.array([], list_type.value_type)
+            array = pa.ListArray.from_arrays(offsets, values, type=list_type)
+        _CONSTANT_ARRAYS.put(key, array, array.nbytes)
+    return array
 
 
 def empty_maps(n: int) -> pa.MapArray:
-    """``n`` empty ``map<string, string>`` values (cached per length: arrays are immutable)."""
-    maps = _EMPTY_MAPS.get(n)
-    if maps is None:
-        if len(_EMPTY_MAPS) >= 256:
-            _EMPTY_MAPS.clear()
-        offsets = pa.array(np.zeros(n + 1, dtype=np.int32))
-        maps = pa.MapArray.from_arrays(offsets, _NO_STRINGS, _NO_STRINGS, type=ATTRS)
-        _EMPTY_MAPS[n] = maps
+    """``n`` empty attribute maps."""
+    maps: pa.MapArray = empty_lists(n, ATTRS)
     return maps
-
-
-_NULLS: dict[tuple[int, pa.DataType], pa.Array] = {}
 
 
 def nulls(n: int, type_: pa.DataType) -> pa.Array:
     """``pa.nulls(n, type_)``, cached (a metrics request has a dozen all-null columns)."""
-    key = (n, type_)
-    array = _NULLS.get(key)
+    key = ("null", n, type_)
+    array = _CONSTANT_ARRAYS.get(key)
     if array is None:
-        if len(_NULLS) >= 1024:
-            _NULLS.clear()
-        array = _NULLS[key] = pa.nulls(n, type_)
+        array = pa.nulls(n, type_)
+        _CONSTANT_ARRAYS.put(key, array, array.nbytes)
     return array
 
 

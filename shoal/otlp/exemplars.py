@@ -15,7 +15,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import Exemplar
 
 from shoal.errors import DecodeError
 from shoal.otlp import anyvalue
-from shoal.otlp.columns import INT64_MAX, list_offsets
+from shoal.otlp.columns import INT64_MAX, empty_lists, list_offsets
 from shoal.schema import EXEMPLAR
 
 EXEMPLARS = pa.list_(EXEMPLAR)
@@ -66,22 +66,7 @@ def decode_lists(lists: pa.Array) -> pa.Array:
     """A ``list<binary>`` column of serialized exemplars as ``list<EXEMPLAR>``."""
     flat = lists.flatten()
     if len(flat) == 0:
-        return _empty(len(lists))
+        return empty_lists(len(lists), EXEMPLARS)
     offsets = list_offsets(lists)
     values = pa.array([_row(raw) for raw in flat.to_pylist()], EXEMPLAR)
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values, type=EXEMPLARS)
-
-
-_EMPTY: dict[int, pa.Array] = {}
-
-
-def _empty(n: int) -> pa.Array:
-    """``n`` empty exemplar lists (cached per length: arrays are immutable)."""
-    array = _EMPTY.get(n)
-    if array is None:
-        if len(_EMPTY) >= 256:
-            _EMPTY.clear()
-        offsets = pa.array(np.zeros(n + 1, dtype=np.int32))
-        array = pa.ListArray.from_arrays(offsets, pa.array([], EXEMPLAR), type=EXEMPLARS)
-        _EMPTY[n] = array
-    return array

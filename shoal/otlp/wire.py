@@ -16,8 +16,8 @@ decode. Fields only used by profiles (``*_strindex``) and
 
 from __future__ import annotations
 
-import functools
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -39,8 +39,6 @@ REQUEST_TYPES: dict[str, str] = {
     "logs": logs_service_pb2.ExportLogsServiceRequest.DESCRIPTOR.full_name,
     "spans": trace_service_pb2.ExportTraceServiceRequest.DESCRIPTOR.full_name,
 }
-
-_lock = threading.Lock()
 
 
 def _dependencies(fd: FileDescriptor, out: list[FileDescriptor]) -> list[FileDescriptor]:
@@ -72,19 +70,51 @@ def _reshaped(fd: FileDescriptor) -> bytes:
     return proto.SerializeToString()
 
 
-@functools.cache
-def _registry() -> Any:
-    from ptars._lib import ProtoRegistry
+class ProtoArrow:
+    """ptars decoders of some protobuf messages into Arrow record batches.
 
+    Built lazily from serialized file descriptors (ptars is imported only then), one
+    handler per message type, each created once under a lock: handlers are shared by
+    the decoding threads.
+    """
+
+    def __init__(self, files: Callable[[], list[bytes]]) -> None:
+        self._files = files
+        self._lock = threading.Lock()
+        self._registry: Any = None
+        self._handlers: dict[str, Any] = {}
+
+    def _handler(self, message: str) -> Any:
+        with self._lock:
+            handler = self._handlers.get(message)
+            if handler is None:
+                if self._registry is None:
+                    from ptars._lib import ProtoRegistry
+
+                    self._registry = ProtoRegistry(self._files())
+                handler = self._registry.create_for_message(message, None)
+                self._handlers[message] = handler
+            return handler
+
+    def batch(self, message: str, body: bytes, what: str) -> pa.RecordBatch:
+        """One message's bytes as a one-row record batch; raises DecodeError saying
+        ``body`` is not a valid ``what`` when the bytes are not that message."""
+        handler = self._handler(message)
+        try:
+            batch: pa.RecordBatch = handler.list_to_record_batch([body])
+        except Exception as exc:  # ptars raises plain runtime errors for bad wire data
+            raise DecodeError(f"{what}: {exc}") from None
+        return batch
+
+
+def _otlp_files() -> list[bytes]:
     files: list[FileDescriptor] = []
     for module in (metrics_service_pb2, logs_service_pb2, trace_service_pb2):
         _dependencies(module.DESCRIPTOR, files)
-    return ProtoRegistry([_reshaped(fd) for fd in files])
+    return [_reshaped(fd) for fd in files]
 
 
-@functools.cache
-def _handler(signal: str) -> Any:
-    return _registry().create_for_message(REQUEST_TYPES[signal], None)
+_OTLP = ProtoArrow(_otlp_files)
 
 
 def to_struct(signal: str, body: bytes) -> pa.StructArray:
@@ -93,10 +123,5 @@ def to_struct(signal: str, body: bytes) -> pa.StructArray:
     Raises DecodeError when the bytes are not a valid protobuf message of the
     request type.
     """
-    with _lock:
-        handler = _handler(signal)
-    try:
-        batch: pa.RecordBatch = handler.list_to_record_batch([body])
-    except Exception as exc:  # ptars raises plain runtime errors for bad wire data
-        raise DecodeError(f"{signal} request is not valid OTLP protobuf: {exc}") from None
+    batch = _OTLP.batch(REQUEST_TYPES[signal], body, f"{signal} request is not valid OTLP protobuf")
     return batch.to_struct_array()

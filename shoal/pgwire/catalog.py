@@ -187,21 +187,26 @@ def _replace_constant_calls(sql: str) -> str:
 _SUBQUERY = re.compile(r"\(\s*SELECT\b", re.IGNORECASE)
 
 
-def _balanced_end(sql: str, start: int) -> int:
-    """The index just past the parenthesis closing the one at ``start``."""
+def _depths(text: str, start: int = 0) -> Iterator[tuple[int, int]]:
+    """Each index of ``text`` from ``start`` outside single-quoted strings, with the
+    parenthesis depth once that character is counted."""
     depth, i = 0, start
-    while i < len(sql):
-        c = sql[i]
+    while i < len(text):
+        c = text[i]
         if c == "'":
-            close = sql.find("'", i + 1)
-            i = len(sql) if close < 0 else close
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i + 1
+            close = text.find("'", i + 1)
+            i = len(text) if close < 0 else close
+        else:
+            depth += (c == "(") - (c == ")")
+            yield i, depth
         i += 1
+
+
+def _balanced_end(sql: str, start: int) -> int:
+    """The index just past the parenthesis closing the first one from ``start``."""
+    for i, depth in _depths(sql, start):
+        if depth == 0 and sql[i] == ")":
+            return i + 1
     return len(sql)
 
 
@@ -254,19 +259,7 @@ def rewrite(sql: str, empty: frozenset[str] = frozenset()) -> str:
 
 def _top_level(text: str) -> Iterator[int]:
     """The indexes of ``text`` outside parentheses and single-quoted strings."""
-    depth, i = 0, 0
-    while i < len(text):
-        c = text[i]
-        if c == "'":
-            close = text.find("'", i + 1)
-            i = len(text) if close < 0 else close
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif depth == 0:
-            yield i
-        i += 1
+    return (i for i, depth in _depths(text) if depth == 0 and text[i] not in "()")
 
 
 def _word_starts(text: str, i: int) -> bool:

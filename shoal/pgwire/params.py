@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from shoal.errors import ShoalError
 from shoal.pgwire import types as t
 from shoal.pgwire.sqltext import placeholders, quote_literal
+from shoal.text import double_text
 
 
 class ParameterError(ShoalError):
@@ -98,7 +99,7 @@ def _int(text: str, bits: int) -> str:
 
 
 def _float(value: float) -> str:
-    text = t.float_text(value)
+    text = double_text(value)
     return text if math.isfinite(value) else f"CAST('{text}' AS DOUBLE)"
 
 

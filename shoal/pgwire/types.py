@@ -22,6 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shoal.text import double_text
+
 # PostgreSQL type OIDs (src/include/catalog/pg_type.dat)
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, JSON = 16, 17, 20, 21, 23, 25, 114
 FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR, NAME, OID, CHAR = 700, 701, 705, 1043, 1042, 19, 26, 18
@@ -148,15 +150,6 @@ def pg_type(t: pa.DataType) -> PgType:
 # -- text ---------------------------------------------------------------------------
 
 
-def float_text(v: float) -> str:
-    """PostgreSQL's text for a double: shortest round-trip, ``NaN``, ``Infinity``, ``-Infinity``."""
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "Infinity" if v > 0 else "-Infinity"
-    return repr(v)
-
-
 def _text_timestamp(v: dt.datetime) -> str:
     text = v.strftime("%Y-%m-%d %H:%M:%S")
     if v.microsecond:
@@ -213,7 +206,7 @@ def _scalar_text(oid: int) -> Callable[[Any], str]:
     if oid == BOOL:
         return lambda v: "t" if v else "f"
     if oid in (FLOAT4, FLOAT8):
-        return float_text
+        return double_text
     if oid in (TIMESTAMP, TIMESTAMPTZ):
         return _text_timestamp
     if oid in (DATE, TIME):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import decimal
 import math
 
 import promql_parser
 
 from shoal.errors import PromQLError
+from shoal.text import parse_utc, utc_micros
 
 MIN_TIME_MS = 0
 """Unix epoch: OTLP times are unsigned, nothing is stored before it."""
@@ -36,17 +36,13 @@ def parse_time(text: str, name: str) -> int:
             )
         ms = int((number * 1000).to_integral_value(rounding=decimal.ROUND_HALF_EVEN))
         return _bounded(ms)
-    iso = raw[:-1] + "+00:00" if raw.endswith(("Z", "z")) else raw
     try:
-        when = dt.datetime.fromisoformat(iso)
+        when = parse_utc(raw)
     except ValueError:
         raise PromQLError(
             f'invalid parameter "{name}": cannot parse "{text}" to a valid timestamp'
         ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    delta = when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-    ms = (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    ms = utc_micros(when) // 1000
     return _bounded(ms)
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 from typing import Any
 
 import numpy as np
@@ -30,6 +29,7 @@ from shoal.errors import DecodeError, UnsupportedMediaTypeError
 from shoal.otlp.columns import hash_text
 from shoal.otlp.common import DecodeResult
 from shoal.otlp.metrics import series_ids
+from shoal.otlp.wire import ProtoArrow
 from shoal.promwrite import SCOPE, proto
 from shoal.schema import METRICS_SCHEMA
 
@@ -41,7 +41,6 @@ _SPECIAL = ("__name__", "job", "instance")
 _FAMILY_SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created", "_info")
 _EXEMPLARS = METRICS_SCHEMA.field("exemplars").type
 _MAP = pa.map_(pa.string(), pa.string())
-_lock = threading.Lock()
 
 
 def message_of(content_type: str) -> str:
@@ -74,22 +73,14 @@ class Written:
     exemplars: int
 
 
-@functools.cache
-def _handler(message: str) -> Any:
-    from ptars._lib import ProtoRegistry
-
-    registry = ProtoRegistry([proto.V1_FILE.SerializeToString(), proto.V2_FILE.SerializeToString()])
-    return registry.create_for_message(message, None)
+_DECODER = ProtoArrow(
+    lambda: [proto.V1_FILE.SerializeToString(), proto.V2_FILE.SerializeToString()]
+)
 
 
 def decode(body: bytes, message: str) -> Written:
     """Decode an uncompressed (snappy already undone) remote-write body of ``message``."""
-    with _lock:
-        handler = _handler(message)
-    try:
-        batch: pa.RecordBatch = handler.list_to_record_batch([body])
-    except Exception as exc:  # ptars raises plain runtime errors for bad wire data
-        raise DecodeError(f"body is not a valid {message}: {exc}") from None
+    batch = _DECODER.batch(message, body, f"body is not a valid {message}")
     series = batch.column("timeseries").flatten()
     if len(series) and pc.max(pc.list_value_length(series.field("histograms"))).as_py():
         raise DecodeError("native histograms are not supported")

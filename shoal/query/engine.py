@@ -41,6 +41,7 @@ from shoal.query.links import LinkDirs, chunks
 from shoal.query.probe import TimeProbe
 from shoal.query.prune import Bounds, TableRead, meets, within
 from shoal.query.tables import TableInput, TenantView
+from shoal.storage.lru import Lru
 from shoal.storage.types import ScanFile
 
 logger = logging.getLogger(__name__)
@@ -86,11 +87,10 @@ class ParquetViewCache:
         self._builders = {flag: SessionContext(session_config(flag)) for flag in (True, False)}
         self._builder_lock = threading.Lock()
         self._lock = threading.Lock()
-        self._max = max_entries
         self.links = LinkDirs(linger_s)
-        self._views: collections.OrderedDict[
+        self._views: Lru[
             tuple[str, str, int, tuple[ScanFile, ...], bool], tuple[Table, list[str]]
-        ] = collections.OrderedDict()
+        ] = Lru(max_entries)
         self.hits = 0
         self.misses = 0
 
@@ -116,7 +116,6 @@ class ParquetViewCache:
         with self._lock:
             entry = self._views.get(key)
             if entry is not None:
-                self._views.move_to_end(key)
                 self.hits += 1
         if entry is not None:
             if verify:
@@ -126,18 +125,12 @@ class ParquetViewCache:
             view, dirs = self._build(chosen, table.schema, pushdown)
         except FileNotFoundError as exc:
             raise QueryError(f"{table.name} (version {table.version}): {exc}") from None
-        evicted: list[str] = []
         with self._lock:
             self.misses += 1
-            previous = self._views.get(key)
-            if previous is not None:  # built concurrently: keep one
-                evicted.extend(previous[1])
-            self._views[key] = (view, dirs)
-            self._views.move_to_end(key)
-            while len(self._views) > self._max:
-                evicted.extend(self._views.popitem(last=False)[1][1])
-        for directory in evicted:
-            self.links.release(directory)
+            evicted = self._views.put(key, (view, dirs))  # with one built concurrently
+        for _, old_dirs in evicted:
+            for directory in old_dirs:
+                self.links.release(directory)
         return view, tuple(scan_name(d) for d in dirs)
 
     def _build(
@@ -161,8 +154,7 @@ class ParquetViewCache:
 
     def clear(self) -> None:
         with self._lock:
-            entries = list(self._views.values())
-            self._views.clear()
+            entries = self._views.pop_all()
         for _, dirs in entries:
             for directory in dirs:
                 self.links.release(directory)

@@ -9,7 +9,6 @@ recomputed from its data file.
 
 from __future__ import annotations
 
-import collections
 import datetime as dt
 import logging
 import os
@@ -22,6 +21,7 @@ from shoal.errors import StorageError
 from shoal.storage import coverage as cov
 from shoal.storage import layout
 from shoal.storage.files import TableFiles
+from shoal.storage.lru import Lru
 from shoal.storage.types import CoverageResult, ScanFile, TableSnapshot
 
 logger = logging.getLogger(__name__)
@@ -36,16 +36,15 @@ class CoverageIndex:
         self._files = files
         self.bucket_s = files.bucket_s
         self._lock = threading.Lock()
-        self._by_file: collections.OrderedDict[str, cov.Coverage] = collections.OrderedDict()
+        self._by_file: Lru[str, cov.Coverage] = Lru(_CACHE_FILES)
         self._union: tuple[int, cov.Coverage] | None = None
 
     def of_file(self, file: ScanFile) -> cov.Coverage:
         """A committed file's coverage (cached; recomputed from the file if unusable)."""
         with self._lock:
             hit = self._by_file.get(file.path)
-            if hit is not None:
-                self._by_file.move_to_end(file.path)
-                return hit
+        if hit is not None:
+            return hit
         root = self._files.root
         rel = os.path.relpath(file.path, root)
         try:
@@ -61,9 +60,7 @@ class CoverageIndex:
                 f"table uses {self.bucket_s}s"
             )
         with self._lock:
-            self._by_file[file.path] = result
-            while len(self._by_file) > _CACHE_FILES:
-                self._by_file.popitem(last=False)
+            self._by_file.put(file.path, result)
         return result
 
     def covered(self, snapshot: TableSnapshot) -> cov.Coverage:

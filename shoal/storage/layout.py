@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from shoal.schema import TableSpec
 from shoal.storage.durable import fsync_file
+from shoal.text import parse_utc, utc_micros
 
 HOUR_US = 3_600_000_000
 ROW_GROUP_ROWS = 128 * 1024
@@ -175,11 +176,7 @@ def parse_stats(text: str, time_column: str) -> FileStats:
 
 
 def parse_timestamp_us(text: str) -> int:
-    value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return utc_micros(parse_utc(text))
 
 
 def format_timestamp_us(us: int) -> str:
