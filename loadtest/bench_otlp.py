@@ -13,39 +13,19 @@ measured in the same run so ratios can be compared across noisy machines.
 from __future__ import annotations
 
 import argparse
-import base64
 import functools
-import json
 import time
 from collections.abc import Callable
-from typing import Any
 
-from google.protobuf import json_format
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
-from loadtest.payloads import logs_request, metrics_request, traces_request
+from loadtest.payloads import logs_request, metrics_request, to_otlp_json, traces_request
 from shoal.otlp import decode
 
 TARGETS = {"metrics": 500_000, "logs": 300_000, "spans": 200_000}
-_HEX_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
-
-
-def _hexify(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {
-            k: (base64.b64decode(v).hex() if k in _HEX_KEYS else _hexify(v)) for k, v in obj.items()
-        }
-    if isinstance(obj, list):
-        return [_hexify(v) for v in obj]
-    return obj
-
-
-def otlp_json(message: Message) -> bytes:
-    as_dict = json_format.MessageToDict(message, use_integers_for_enums=True)
-    return json.dumps(_hexify(as_dict)).encode()
 
 
 def rate(fn: Callable[[], object], items: int, seconds: float) -> float:
@@ -83,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     ]
     for signal, message in requests.items():
         body = message.SerializeToString()
-        as_json = otlp_json(message)
+        as_json = to_otlp_json(message)
         pb = rate(functools.partial(decode, signal, body), args.points, args.seconds)
         js = rate(functools.partial(decode, signal, as_json, json=True), args.points, args.seconds)
         rows.append((f"{signal} protobuf -> Arrow", pb, TARGETS[signal]))

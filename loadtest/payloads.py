@@ -16,9 +16,14 @@ attribute lists are built once per distinct series and copied into the points.
 
 from __future__ import annotations
 
+import base64
+import json
 import random
 import time
+from typing import Any
 
+from google.protobuf import json_format
+from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -267,3 +272,22 @@ def traces_request(
             span.events.add(time_unix_nano=start + 1000, name="cache.miss")
         span.MergeFromString(attr_sets[i % series])
     return request
+
+
+_HEX_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
+
+
+def _hexify(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {
+            k: (base64.b64decode(v).hex() if k in _HEX_KEYS else _hexify(v)) for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_hexify(v) for v in obj]
+    return obj
+
+
+def to_otlp_json(message: Message) -> bytes:
+    """The message as OTLP/JSON: lowerCamelCase keys, hex ids, int64 as strings, int enums."""
+    as_dict = json_format.MessageToDict(message, use_integers_for_enums=True)
+    return json.dumps(_hexify(as_dict)).encode()

@@ -1,31 +1,10 @@
-"""OTLP/JSON rendering of protobuf requests for tests (hex ids, integer enums)."""
+"""Helpers of the OTLP/JSON tests: the JSON rendering of a request, and Arrow equality."""
 
 from __future__ import annotations
 
-import base64
-import json
-from typing import Any
+from loadtest.payloads import to_otlp_json
 
-from google.protobuf import json_format
-from google.protobuf.message import Message
-
-_HEX_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
-
-
-def _hexify(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {
-            k: (base64.b64decode(v).hex() if k in _HEX_KEYS else _hexify(v)) for k, v in obj.items()
-        }
-    if isinstance(obj, list):
-        return [_hexify(v) for v in obj]
-    return obj
-
-
-def to_otlp_json(message: Message) -> bytes:
-    """The message as OTLP/JSON: lowerCamelCase keys, hex ids, int64 as strings, int enums."""
-    as_dict = json_format.MessageToDict(message, use_integers_for_enums=True)
-    return json.dumps(_hexify(as_dict)).encode()
+__all__ = ["identical", "to_otlp_json"]
 
 
 def identical(a: object, b: object) -> bool:
