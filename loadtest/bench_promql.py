@@ -36,6 +36,7 @@ from loadtest.prometheus import Prometheus
 
 STEP_MS = 15_000
 WINDOW_POINTS = 20  # points per series in one request (5 minutes)
+REQUEST_SAMPLES = 40_000  # samples in one request, at most (about)
 CPUS = 4
 CODES = ("200", "404", "500")
 BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -88,10 +89,10 @@ class Data:
     def series(self) -> int:
         return self.hosts * PER_HOST
 
-    def otlp(self, a: int, b: int) -> bytes:
+    def otlp(self, a: int, b: int, hosts: range) -> bytes:
         req = ExportMetricsServiceRequest()
         times = [int(x) * 1_000_000 for x in self.t[a:b]]
-        for host in range(self.hosts):
+        for host in hosts:
             rm = req.resource_metrics.add()
             rm.resource.attributes.extend(
                 [_kv("service.name", "bench"), _kv("service.instance.id", f"host-{host}")]
@@ -131,10 +132,10 @@ class Data:
                 dp.bucket_counts.extend(int(x) for x in counts)
         return req.SerializeToString()
 
-    def remote_write(self, a: int, b: int) -> bytes:
+    def remote_write(self, a: int, b: int, hosts: range) -> bytes:
         ts = [int(x) for x in self.t[a:b]]
         out = []
-        for host in range(self.hosts):
+        for host in hosts:
             ident = {"job": "bench", "instance": f"host-{host}"}
             for c in range(CPUS):
                 out.append(
@@ -188,20 +189,26 @@ def _post(url: str, body: bytes, headers: dict[str, str]) -> None:
 
 
 def _load(data: Data, shoal: ServerProcess, prom: Prometheus) -> None:
-    for a in range(0, data.points, WINDOW_POINTS):
-        b = min(a + WINDOW_POINTS, data.points)
-        _post(
-            shoal.url + "/v1/metrics", data.otlp(a, b), {"Content-Type": "application/x-protobuf"}
-        )
-        _post(
-            prom.url + "/api/v1/write",
-            data.remote_write(a, b),
-            {
-                "Content-Type": "application/x-protobuf",
-                "Content-Encoding": "snappy",
-                "X-Prometheus-Remote-Write-Version": "0.1.0",
-            },
-        )
+    window = min(WINDOW_POINTS, data.points)
+    per_request = max(1, REQUEST_SAMPLES // (PER_HOST * window))  # hosts per request
+    for a in range(0, data.points, window):
+        b = min(a + window, data.points)
+        for h in range(0, data.hosts, per_request):
+            hosts = range(h, min(h + per_request, data.hosts))
+            _post(
+                shoal.url + "/v1/metrics",
+                data.otlp(a, b, hosts),
+                {"Content-Type": "application/x-protobuf"},
+            )
+            _post(
+                prom.url + "/api/v1/write",
+                data.remote_write(a, b, hosts),
+                {
+                    "Content-Type": "application/x-protobuf",
+                    "Content-Encoding": "snappy",
+                    "X-Prometheus-Remote-Write-Version": "0.1.0",
+                },
+            )
 
 
 def _timed_get(base: str, path: str, params: list[tuple[str, str]]) -> tuple[float, object]:
@@ -248,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--series", type=int, default=16_000)
     parser.add_argument("--hours", type=float, default=6.0)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--browser-only",
+        action="store_true",
+        help="time only the metric browser calls (for many series over a short time)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="shoal-bench-promql-") as tmp_dir:
         tmp = Path(tmp_dir)
@@ -271,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
             end = str(data.t[-1] // 1000 + 1)
             totals: dict[str, tuple[float, float]] = {}
             for hours in (1, 6):
-                if hours > args.hours:
+                if hours > args.hours or args.browser_only:
                     continue
                 start = str(int(end) - hours * 3600)
                 print(f"\n{hours} h dashboard, step 30 s\n")
@@ -303,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("label/__name__/values", "/api/v1/label/__name__/values", rng),
                 ("labels", "/api/v1/labels", rng),
                 ("label/instance/values", "/api/v1/label/instance/values", rng),
+                ("label/cpu/values", "/api/v1/label/cpu/values", rng),
                 (
                     "series?match[]=requests",
                     "/api/v1/series",

@@ -196,6 +196,8 @@ class TableSpec:
 
     ``sort_columns`` order rows inside a Parquet file (series first, then
     time); ``series_columns`` identify a series for per-series coverage.
+    ``index_columns`` describe a series in the series index (taken from its
+    earliest row, by ``index_time_column``); a table without them has no index.
     """
 
     name: str
@@ -203,6 +205,8 @@ class TableSpec:
     time_column: str = "timestamp"
     sort_columns: tuple[str, ...] = ("timestamp",)
     series_columns: tuple[str, ...] = ()
+    index_columns: tuple[str, ...] = ()
+    index_time_column: str = "time_unix_nano"
 
 
 METRICS = TableSpec(
@@ -210,6 +214,20 @@ METRICS = TableSpec(
     schema=METRICS_SCHEMA,
     sort_columns=("metric_name", "series_id", "timestamp"),
     series_columns=("series_id",),
+    index_columns=(
+        "metric_name",
+        "metric_type",
+        "metric_unit",
+        "metric_description",
+        "is_monotonic",
+        "aggregation_temporality",
+        "scope_name",
+        "service_name",
+        "attributes",
+        "resource_attributes",
+        "explicit_bounds",
+        "quantile_values",
+    ),
 )
 LOGS = TableSpec(
     name="logs",

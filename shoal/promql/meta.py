@@ -7,10 +7,13 @@ taken once per series) rather than every sample.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from shoal.errors import PromQLError
 from shoal.promql import fetch, mapping, tree
@@ -35,17 +38,31 @@ def selectors(texts: Sequence[str], start_ms: int, end_ms: int) -> list[Selector
     return out
 
 
+async def _every_series(
+    source: SampleSource, start_ms: int, end_ms: int
+) -> tuple[pa.Table, pa.Table]:
+    """The index rows of every series in the range, and their resources."""
+    table, (resources, _) = await asyncio.gather(
+        source.series(None, start_ms, end_ms),
+        source.targets(start_ms, end_ms, times=False),
+    )
+    return table, resources
+
+
 async def series(
     source: SampleSource, matches: Sequence[Selector], start_ms: int, end_ms: int
 ) -> list[Labels]:
     """The label sets of the series matching any of ``matches`` (all series when empty)."""
     found: dict[Any, Labels] = {}
     if not matches:
-        table, (resources, _) = await asyncio.gather(
-            source.series(None, start_ms, end_ms),
-            source.targets(start_ms, end_ms, times=False),
+        table, resources = await _every_series(source, start_ms, end_ms)
+        return source.memo(
+            "label sets",
+            table,
+            lambda: (
+                fetch.series_label_sets(table, source.promote) + fetch.target_label_sets(resources)
+            ),
         )
-        return fetch.series_label_sets(table, source.promote) + fetch.target_label_sets(resources)
     catalog = await source.catalog(start_ms, end_ms)
     for sel in matches:
         if all(m.matches(mapping.TARGET_INFO) for m in sel.matchers if m.name == NAME):
@@ -57,7 +74,12 @@ async def series(
         if not names:
             continue
         table = await source.series(names, start_ms, end_ms)
-        for labels in fetch.series_label_sets(table, source.promote):
+        label_sets = source.memo(
+            ("label sets", tuple(sorted(names))),
+            table,
+            functools.partial(fetch.series_label_sets, table, source.promote),
+        )
+        for labels in label_sets:
             if fetch.matches_all(labels, sel.matchers):
                 found.setdefault(key(labels), labels)
     return list(found.values())
@@ -66,10 +88,66 @@ async def series(
 async def label_names(
     source: SampleSource, matches: Sequence[Selector], start_ms: int, end_ms: int
 ) -> list[str]:
+    if not matches:
+        table, resources = await _every_series(source, start_ms, end_ms)
+        return source.memo(
+            "label names",
+            table,
+            lambda: sorted(_all_label_names(table, resources, source.promote)),
+        )
     names: set[str] = set()
     for labels in await series(source, matches, start_ms, end_ms):
         names.update(labels)
     return sorted(names)
+
+
+_LABELLED = pa.array(["gauge", "sum", "histogram", "summary"])
+"""The metric types whose series have label sets (exponential histograms have none)."""
+
+
+def _labelled(table: pa.Table) -> pa.Table:
+    return table.filter(pc.is_in(table.column("metric_type"), value_set=_LABELLED))
+
+
+def _keys_with_values(maps: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
+    """The keys and values of every entry of ``maps`` whose value is not empty."""
+    # a map's .keys/.items ignore a slice's offset: view the maps as lists of entries
+    entries = pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))
+    chunks = [chunk.cast(entries).flatten() for chunk in maps.chunks]
+    flat = pa.concat_arrays(chunks) if chunks else pa.array([], entries.value_type)
+    keys, values = flat.field("key"), flat.field("value")
+    keep = pc.not_equal(values, "")
+    return pc.filter(keys, keep), pc.filter(values, keep)
+
+
+def _all_label_names(table: pa.Table, resources: pa.Table, promote: tuple[str, ...]) -> set[str]:
+    """The label names of every series of ``table`` (index rows) and every target_info,
+    computed column-wise: the same set as the label sets of :func:`series` hold."""
+    table = _labelled(table)
+    names: set[str] = set()
+    if table.num_rows:
+        names.add(NAME)
+        keys, _ = _keys_with_values(table.column("attributes"))
+        names.update(mapping.label_name(str(k)) for k in pc.unique(keys).to_pylist())
+        r_keys, _ = _keys_with_values(table.column("resource_attributes"))
+        present = set(pc.unique(r_keys).to_pylist())
+        names.update(
+            mapping.label_name(k) for k in promote if k in present and k not in mapping.IDENTIFYING
+        )
+        if mapping.SERVICE_NAME in present:
+            names.add("job")
+        if mapping.SERVICE_INSTANCE_ID in present:
+            names.add("instance")
+        types = set(pc.unique(table.column("metric_type")).to_pylist())
+        if "histogram" in types:
+            names.add("le")
+        if "summary" in types:
+            quantiles = table.filter(pc.equal(table.column("metric_type"), "summary"))
+            if pc.sum(pc.list_value_length(quantiles.column("quantile_values"))).as_py():
+                names.add("quantile")
+    for labels in fetch.target_label_sets(resources):
+        names.update(labels)
+    return names
 
 
 async def label_values(
@@ -79,19 +157,97 @@ async def label_values(
     start_ms: int,
     end_ms: int,
 ) -> list[str]:
-    if name == "__name__" and not matches:
-        catalog = await source.catalog(start_ms, end_ms)
-        names = {n for info in catalog for n in info.names}
-        resources, _ = await source.targets(start_ms, end_ms, times=False)
-        if fetch.target_label_sets(resources):
-            names.add(mapping.TARGET_INFO)
-        return sorted(names)
+    if not matches:
+        table, catalog, (resources, _) = await asyncio.gather(
+            source.series(None, start_ms, end_ms),
+            source.catalog(start_ms, end_ms),
+            source.targets(start_ms, end_ms, times=False),
+        )
+
+        def every_value() -> list[str] | None:
+            if name == NAME:
+                names = {n for info in catalog for n in info.names}
+                if fetch.target_label_sets(resources):
+                    names.add(mapping.TARGET_INFO)
+                return sorted(names)
+            found = _all_label_values(name, table, resources, source.promote)
+            return None if found is None else sorted(found)
+
+        answer = source.memo(("label values", name), table, every_value)
+        if answer is not None:
+            return answer
     values: set[str] = set()
     for labels in await series(source, matches, start_ms, end_ms):
         value = labels.get(name)
         if value:
             values.add(value)
     return sorted(values)
+
+
+def _all_label_values(
+    name: str, table: pa.Table, resources: pa.Table, promote: tuple[str, ...]
+) -> set[str] | None:
+    """The values of label ``name`` over every series and target_info, computed
+    column-wise; None where only the label sets themselves can tell (an attribute
+    that the mapping may override or join: several attribute keys, a promoted
+    resource attribute, or an attribute named like a label the mapping sets)."""
+    table = _labelled(table)
+    values: set[str] = set()
+    for labels in fetch.target_label_sets(resources):
+        if labels.get(name):
+            values.add(labels[name])
+    if table.num_rows == 0:
+        return values
+    if name == NAME or any(
+        mapping.label_name(k) == name for k in promote if k not in mapping.IDENTIFYING
+    ):
+        return None
+    keys, vals = _keys_with_values(table.column("attributes"))
+    sources = [str(k) for k in pc.unique(keys).to_pylist() if mapping.label_name(str(k)) == name]
+    if name in ("job", "instance", "le", "quantile"):
+        if sources:
+            return None
+        if name in ("job", "instance"):
+            return values | _job_instance_values(table, name)
+        kind, column = ("histogram", "explicit_bounds") if name == "le" else ("summary", "")
+        rows = table.filter(pc.equal(table.column("metric_type"), kind))
+        if name == "le":
+            bounds = pc.unique(pc.list_flatten(rows.column(column))).to_pylist()
+            values.update(mapping.format_float(b) for b in bounds)
+            if rows.num_rows:
+                values.add("+Inf")
+        else:
+            items = pc.list_flatten(rows.column("quantile_values"))
+            quantiles = pc.unique(pc.struct_field(items, "quantile")).to_pylist()
+            values.update(mapping.format_float(q) for q in quantiles)
+        return values
+    if len(sources) > 1:
+        return None
+    if sources:
+        chosen = pc.filter(vals, pc.equal(keys, sources[0]))
+        values.update(str(v) for v in pc.unique(chosen).to_pylist())
+    return values
+
+
+def _job_instance_values(table: pa.Table, name: str) -> set[str]:
+    """The ``job`` or ``instance`` values of the index rows ``table`` (from each
+    row's resource attributes, as :func:`mapping.job_instance` makes them)."""
+    attrs = table.column("resource_attributes")
+
+    def attr(key: str) -> pa.ChunkedArray:
+        return pc.fill_null(pc.map_lookup(attrs, key, "first"), "")
+
+    if name == "instance":
+        return {str(v) for v in pc.unique(attr(mapping.SERVICE_INSTANCE_ID)).to_pylist() if v}
+    pairs = pa.table({"n": attr(mapping.SERVICE_NAME), "ns": attr(mapping.SERVICE_NAMESPACE)})
+    distinct = pairs.group_by(["n", "ns"], use_threads=False).aggregate([])
+    found = mapping.job_instance
+    return {
+        found({mapping.SERVICE_NAME: n, mapping.SERVICE_NAMESPACE: ns}).get("job", "")
+        for n, ns in zip(
+            distinct.column("n").to_pylist(), distinct.column("ns").to_pylist(), strict=True
+        )
+    } - {""}
 
 
 async def metadata(

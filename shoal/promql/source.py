@@ -2,15 +2,19 @@
 
 :class:`QuerySource` reads through :class:`shoal.query.service.QueryService`, so
 tenancy, the sandbox and the limits apply, with the time range and the OTLP metric
-names pushed down so file pruning works. :class:`SampleSource` is the protocol the
-engine uses; a test or a future series index can stand in for it.
+names pushed down so file pruning works. Which series exist, with which labels (the
+metric catalog, the label sets, the resources), comes from the tenant's series index
+(:meth:`QueryService.series`) instead of the data. :class:`SampleSource` is the
+protocol the engine uses; a test can stand in for it.
 """
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
-from collections.abc import Sequence
-from typing import Protocol
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +33,13 @@ COLUMNS = (
 SERIES_COLUMNS = (
     "metric_name, metric_type, metric_unit, is_monotonic, aggregation_temporality, series_id, "
     "attributes, resource_attributes, explicit_bounds, quantile_values"
+)
+CATALOG_KEYS = (
+    "metric_name",
+    "metric_type",
+    "metric_unit",
+    "is_monotonic",
+    "aggregation_temporality",
 )
 VERBATIM = f"coalesce(scope_name, '') = '{SCOPE}' AS verbatim"
 """Whether a row came by remote write (its name is kept as written; see fetch.MetricInfo)."""
@@ -53,6 +64,11 @@ class SampleSource(Protocol):
     async def targets(
         self, start_ms: int, end_ms: int, times: bool = True
     ) -> tuple[pa.Table, pa.Table]: ...
+
+    def memo(self, what: Hashable, series: pa.Table, compute: Callable[[], T]) -> T:
+        """``compute()``, remembered for as long as ``series`` (index rows) holds the
+        same series with the same earliest rows."""
+        ...
 
 
 def _iso(ms: int) -> str:
@@ -82,6 +98,27 @@ def _time_filter(start_ms: int, end_ms: int, alias: str = "") -> str:
     )
 
 
+T = TypeVar("T")
+
+_DERIVED: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
+_DERIVED_MAX = 64
+_DERIVED_LOCK = threading.Lock()
+
+
+def fingerprint(series: pa.Table) -> tuple[int, int, int]:
+    """Which series index rows are: their count, and wrapping sums of their series ids
+    and earliest times. Labels are a function of the series id, and what else the
+    earliest row decides changes its time, so equal fingerprints mean equal answers."""
+    ids = series.column("series_id").to_numpy()
+    firsts = series.column("first_ns").to_numpy()
+    with np.errstate(over="ignore"):
+        return (
+            series.num_rows,
+            int(np.sum(ids, dtype=np.uint64)),
+            int(np.sum(firsts, dtype=np.uint64)),
+        )
+
+
 class QuerySource:
     """Samples of one tenant, read through the query service."""
 
@@ -103,27 +140,41 @@ class QuerySource:
             )
         return table
 
-    async def catalog(self, start_ms: int, end_ms: int) -> list[MetricInfo]:
-        sql = (
-            "SELECT metric_name, metric_type, metric_unit, is_monotonic, "
-            f"aggregation_temporality, {VERBATIM}, max(metric_description) AS description "
-            f"FROM metrics WHERE {_time_filter(start_ms, end_ms)} GROUP BY 1, 2, 3, 4, 5, 6"
+    def memo(self, what: Hashable, series: pa.Table, compute: Callable[[], T]) -> T:
+        key = (self.tenant, self.promote, what, fingerprint(series))
+        with _DERIVED_LOCK:
+            if key in _DERIVED:
+                _DERIVED.move_to_end(key)
+                value: T = _DERIVED[key]
+                return value
+        value = compute()
+        with _DERIVED_LOCK:
+            _DERIVED[key] = value
+            while len(_DERIVED) > _DERIVED_MAX:
+                _DERIVED.popitem(last=False)
+        return value
+
+    async def _index(self, start_ms: int, end_ms: int) -> pa.Table:
+        """The tenant's metric series seen in the range (the series index, no SQL)."""
+        start_ms = min(max(start_ms, _FIRST_MS), _LAST_MS)
+        end_ms = min(max(end_ms, _FIRST_MS), _LAST_MS)
+        found = await self.service.series(
+            self.tenant, "metrics", start_ms * 1_000_000, (end_ms + 1) * 1_000_000 - 1
         )
-        table = await self._run(sql)
-        out = []
-        for row in table.to_pylist():
-            out.append(
-                MetricInfo(
-                    str(row["metric_name"]),
-                    str(row["metric_type"]),
-                    str(row["metric_unit"] or ""),
-                    row["is_monotonic"],
-                    row["aggregation_temporality"],
-                    str(row["description"] or ""),
-                    bool(row["verbatim"]),
-                )
+        cap = self.service.limits.max_samples
+        if found.num_rows > cap:
+            raise PromQLError(
+                f"the query selects more than {cap} series (promql_max_samples); "
+                "narrow the selector or the time range",
+                error_type="execution",
             )
-        return out
+        verbatim = pc.equal(pc.fill_null(found.column("scope_name"), ""), SCOPE)
+        return found.append_column("verbatim", verbatim)
+
+    async def catalog(self, start_ms: int, end_ms: int) -> list[MetricInfo]:
+        """Each metric (name, type, unit, monotonicity, temporality, origin) in the range."""
+        found = await self._index(start_ms, end_ms)
+        return self.memo("catalog", found, lambda: _catalog(found))
 
     async def rows(self, otlp_names: Sequence[str], start_ms: int, end_ms: int) -> pa.Table:
         names = ", ".join(_quote(n) for n in sorted(set(otlp_names)))
@@ -136,29 +187,13 @@ class QuerySource:
     async def series(
         self, otlp_names: Sequence[str] | None, start_ms: int, end_ms: int
     ) -> pa.Table:
-        """One row per series (name, type, attribute maps), from its first point in range.
-
-        The first times come from a read without the map columns; the maps are then read
-        only between the earliest and the latest first time, usually a sliver of the
-        range, and the first row of each series is kept.
-        """
-        names = ""
+        """One row per series in the range (name, type, attribute maps), from the series
+        index: the labels of its earliest row."""
+        found = await self._index(start_ms, end_ms)
         if otlp_names is not None:
-            names = ", ".join(_quote(n) for n in sorted(set(otlp_names)))
-            names = f"metric_name IN ({names}) AND "
-        firsts = await self._run(
-            "SELECT min(first_ns) AS lo, max(first_ns) AS hi FROM ("
-            "SELECT metric_name, series_id, min(time_unix_nano) AS first_ns FROM metrics "
-            f"WHERE {names}{_time_filter(start_ms, end_ms)} GROUP BY metric_name, series_id)"
-        )
-        lo, hi = firsts.column("lo")[0].as_py(), firsts.column("hi")[0].as_py()
-        if lo is None or hi is None:
-            return pa.table({c: [] for c in [*SERIES_COLUMNS.split(", "), "verbatim"]})
-        rows = await self._run(
-            f"SELECT {SERIES_COLUMNS}, {VERBATIM}, time_unix_nano FROM metrics WHERE {names}"
-            f"{_time_filter(int(lo) // 1_000_000, int(hi) // 1_000_000)}"
-        )
-        return first_per_series(rows)
+            wanted = pa.array(sorted(set(otlp_names)), pa.string())
+            found = found.filter(pc.is_in(found.column("metric_name"), value_set=wanted))
+        return found.select([*SERIES_COLUMNS.split(", "), "verbatim", "first_ns"])
 
     async def exemplars(self, otlp_names: Sequence[str], start_ms: int, end_ms: int) -> pa.Table:
         names = ", ".join(_quote(n) for n in sorted(set(otlp_names)))
@@ -183,6 +218,9 @@ class QuerySource:
         )
         where = _time_filter(start_ms, end_ms)
         empty = pa.table({"s": [], "ns": [], "iid": [], "time_unix_nano": []})
+        if not times:  # the resources alone: from the series index
+            found = await self._index(start_ms, end_ms)
+            return self.memo("resources", found, lambda: _resources(found)), empty
         seen = await self._run(
             f"SELECT {target}, time_unix_nano FROM metrics WHERE {where} GROUP BY 1, 2, 3, 4"
             if times
@@ -211,15 +249,41 @@ class QuerySource:
         return resources, seen if times else empty
 
 
-def first_per_series(rows: pa.Table) -> pa.Table:
-    """The earliest row of each (metric name, series id) in ``rows``."""
-    if rows.num_rows == 0:
-        return rows
-    names = rows.column("metric_name").combine_chunks().dictionary_encode()
-    code = np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    sid = np.asarray(rows.column("series_id").to_numpy(), dtype=np.int64)
-    t = np.asarray(rows.column("time_unix_nano").to_numpy(), dtype=np.int64)
-    order = np.lexsort((t, sid, code))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = (code[order][1:] != code[order][:-1]) | (sid[order][1:] != sid[order][:-1])
-    return rows.take(pa.array(order[first]))
+def _catalog(found: pa.Table) -> list[MetricInfo]:
+    keys = [*CATALOG_KEYS, "verbatim"]
+    grouped = found.select([*keys, "metric_description"]).group_by(keys, use_threads=False)
+    table = grouped.aggregate([("metric_description", "max")])
+    out = []
+    for row in table.to_pylist():
+        out.append(
+            MetricInfo(
+                str(row["metric_name"]),
+                str(row["metric_type"]),
+                str(row["metric_unit"] or ""),
+                row["is_monotonic"],
+                row["aggregation_temporality"],
+                str(row["metric_description_max"] or ""),
+                bool(row["verbatim"]),
+            )
+        )
+    return out
+
+
+def _resources(found: pa.Table) -> pa.Table:
+    """One row per resource (service, namespace, instance) of the index rows ``found``."""
+    attrs = found.column("resource_attributes")
+    keys = pa.table(
+        {
+            "s": pc.fill_null(found.column("service_name"), ""),
+            "ns": pc.fill_null(pc.map_lookup(attrs, "service.namespace", "first"), ""),
+            "iid": pc.fill_null(pc.map_lookup(attrs, "service.instance.id", "first"), ""),
+            "row": pa.array(np.arange(found.num_rows, dtype=np.int64)),
+        }
+    )
+    firsts = keys.group_by(["s", "ns", "iid"], use_threads=False).aggregate([("row", "min")])
+    rows = firsts.column("row_min")
+    return (
+        keys.select(["s", "ns", "iid"])
+        .take(rows)
+        .append_column("resource_attributes", attrs.take(rows))
+    )

@@ -39,6 +39,7 @@ from shoal.errors import QueryError, QueryLimitError
 from shoal.query import admission, engine, limits, sqltext, work
 from shoal.query.coalesce import BatchCoalescer
 from shoal.query.limits import Limits
+from shoal.query.series import series_in_range
 from shoal.query.tables import AsOf, TableCatalog, TenantView, collect_view
 from shoal.storage.snapshot import SnapshotSource
 
@@ -405,6 +406,13 @@ class QueryService:
         prepared = await self.aprepare(tenant, sql, as_of)
         result = await self.execute(prepared)
         return await result.to_table(), result
+
+    async def series(self, tenant: str, table: str, start_ns: int, end_ns: int) -> pa.Table:
+        """One row per series of ``table`` seen in ``[start_ns, end_ns]``, from the
+        series index (:mod:`shoal.query.series`): no SQL, no scan of the data."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, series_in_range, self.catalog, self.snapshot, tenant, table, start_ns, end_ns
+        )
 
     def run_sync(self, tenant: str, sql: str, as_of: AsOf | None = None) -> pa.Table:
         """:meth:`run` from synchronous code (no running event loop)."""

@@ -39,6 +39,14 @@ class TableHandle(Protocol):
         self, version: int | None = None, timestamp: dt.datetime | None = None
     ) -> TableSnapshot: ...
 
+    def series(
+        self,
+        snapshot: TableSnapshot,
+        batches: Sequence[LsnBatch] = (),
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+    ) -> pa.Table: ...
+
 
 class TableCatalog(Protocol):
     """The part of the storage ``TableStore`` the query layer uses."""

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from shoal.errors import SchemaMismatchError, StorageError
 from shoal.schema import TableSpec
 from shoal.storage import coverage as cov
-from shoal.storage import faults, layout
+from shoal.storage import faults, layout, series
 from shoal.storage.commit import NewFile, PreparedFile
 from shoal.storage.durable import fsync_dir, fsync_file, make_dirs_durable
 from shoal.storage.spec import schema_differences
@@ -97,6 +97,8 @@ class TableFiles:
                     make_dirs_durable(target.parent, self.root)
                     dirs.add(target.parent)
                 size = layout.write_parquet(piece, target, self.spec)
+                if self.spec.index_columns:
+                    series.write_summary(self.root, self.spec, rel, piece)
                 stats = layout.compute_stats(piece, self.spec)
                 prepared.append(PreparedFile(rel, size, stats, self.compute_coverage(piece)))
             for d in dirs:
@@ -173,7 +175,9 @@ class TableFiles:
         faults.point("coverage-written")
 
     def discard(self, adds: Iterable[PreparedFile | NewFile]) -> None:
-        """Delete the data and coverage files of adds that no commit will reference."""
+        """Delete the data, coverage and series files of adds no commit will reference."""
         discard(
-            self.root / rel for add in adds for rel in (add.path, layout.coverage_path(add.path))
+            self.root / rel
+            for add in adds
+            for rel in (add.path, layout.coverage_path(add.path), layout.series_path(add.path))
         )

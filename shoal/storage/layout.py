@@ -47,6 +47,7 @@ STRING_STATS_PREFIX = 32
 """Longest string kept in Delta min/max stats (a longer min is cut; a longer max is left out)."""
 
 COVERAGE_DIR = "_coverage"
+SERIES_DIR = "_series"
 IMPORT_DIR = "imported"
 
 _MIN_TIME_US = -(2**63)
@@ -73,12 +74,19 @@ def hour_file_path(hour: int) -> str:
     return f"{hour_dir(hour)}/{new_file_name()}"
 
 
+def _flat(data_path: str) -> str:
+    flat = data_path.replace("/", "__")
+    return flat[: -len(".parquet")] if flat.endswith(".parquet") else flat
+
+
 def coverage_path(data_path: str) -> str:
     """The relative path of the coverage bitmaps of a data file (derived from its path)."""
-    flat = data_path.replace("/", "__")
-    if flat.endswith(".parquet"):
-        flat = flat[: -len(".parquet")]
-    return f"{COVERAGE_DIR}/{flat}.roar"
+    return f"{COVERAGE_DIR}/{_flat(data_path)}.roar"
+
+
+def series_path(data_path: str) -> str:
+    """The relative path of the series summary of a data file (derived from its path)."""
+    return f"{SERIES_DIR}/{_flat(data_path)}.parquet"
 
 
 # -- writer properties ---------------------------------------------------------

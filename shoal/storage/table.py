@@ -21,14 +21,18 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from shoal.errors import StorageError
 from shoal.schema import TableSpec
 from shoal.storage import coverage as cov
 from shoal.storage import faults, layout
+from shoal.storage import series as series_index
 from shoal.storage.commit import Commit, Txn
 from shoal.storage.coverage_index import CoverageIndex
 from shoal.storage.files import TableFiles
 from shoal.storage.log import DeltaLog
 from shoal.storage.metrics import NOOP, StorageMetrics
+from shoal.storage.series import SeriesIndex
+from shoal.storage.snapshot import LsnBatch
 from shoal.storage.types import (
     WAL_APP_ID,
     CommitResult,
@@ -66,6 +70,7 @@ class Table:
         )
         self.files = TableFiles(path, spec, bucket_s, self.label)
         self._coverage = CoverageIndex(self.files)
+        self._series = SeriesIndex(path, spec, self.label) if spec.index_columns else None
 
     def __repr__(self) -> str:
         return f"Table({self.label})"
@@ -183,24 +188,46 @@ class Table:
         """Covered buckets and gaps in ``[start, end)``, from coverage metadata only."""
         return self._coverage.query(self.snapshot(), start, end, series, bucket_s)
 
+    # -- series ------------------------------------------------------------------
+
+    def series(
+        self,
+        snapshot: TableSnapshot,
+        batches: Sequence[LsnBatch] = (),
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+    ) -> pa.Table:
+        """One row per series of ``snapshot``'s files and ``batches`` (the unflushed
+        rows above its committed LSN) seen in ``[start_ns, end_ns]``: the table's
+        ``index_columns`` from its earliest row, ``first_ns`` and ``last_ns``."""
+        if self._series is None:
+            raise StorageError(f"{self.label} keeps no series index")
+        return self._series.read(snapshot, batches, start_ns, end_ns)
+
     # -- maintenance -------------------------------------------------------------
 
     def vacuum(self, retention_hours: float, *, dry_run: bool = False) -> list[str]:
-        """Delete data files and coverage no committed version needs, older than the window.
+        """Delete data files, coverage and series summaries no committed version needs,
+        older than the window.
 
         Data files go through delta-rs's vacuum (files removed longer ago than
-        the window, and files no commit ever added); coverage files of data
-        files not in the latest version are deleted here once older than the
-        window. Returns the relative paths deleted (or, with ``dry_run``, to delete).
+        the window, and files no commit ever added); the coverage and series
+        summaries of data files not in the latest version are deleted here once
+        older than the window. Returns the relative paths deleted (or, with
+        ``dry_run``, to delete).
         """
         hours = max(0, math.ceil(retention_hours))
         deleted, latest = self.log.vacuum(hours, dry_run=dry_run)
-        active = {layout.coverage_path(os.path.relpath(f.path, self.path)) for f in latest.files}
+        rels = [os.path.relpath(f.path, self.path) for f in latest.files]
+        active = {series_index.CHECKPOINT}
+        active.update(layout.coverage_path(rel) for rel in rels)
+        active.update(layout.series_path(rel) for rel in rels)
         cutoff = time.time() - retention_hours * 3600
-        cov_dir = self.path / layout.COVERAGE_DIR
-        if cov_dir.is_dir():
-            for entry in os.scandir(cov_dir):
-                rel = f"{layout.COVERAGE_DIR}/{entry.name}"
+        for sidecars in (layout.COVERAGE_DIR, layout.SERIES_DIR):
+            if not (self.path / sidecars).is_dir():
+                continue
+            for entry in os.scandir(self.path / sidecars):
+                rel = f"{sidecars}/{entry.name}"
                 if rel in active or entry.stat().st_mtime > cutoff:
                     continue
                 deleted.append(rel)

@@ -57,6 +57,8 @@ def metrics_table(times_us: list[int], series: list[int], names: list[str]) -> p
             cols[name] = pa.array(times_us, pa.int64()).cast(field.type)
         elif name == "series_id":
             cols[name] = pa.array(series, pa.int64())
+        elif name == "time_unix_nano":
+            cols[name] = pa.array([t * 1000 for t in times_us], pa.int64())
         elif name == "metric_name":
             cols[name] = pa.array(names, pa.string())
         elif name == "metric_type":

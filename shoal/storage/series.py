@@ -1,0 +1,245 @@
+"""The series index of a table: one row per series, with the first and last time it was seen.
+
+The metric browser (label names, label values, series) and PromQL's metric
+catalog ask which series exist in a time range, and with which labels. Read
+from the data, that is a scan of every row's attribute maps; here it is a
+lookup in a table of one row per series, kept in memory per table:
+
+* each flushed data file gets a summary beside it, ``_series/<file>.parquet``
+  (written with the file, like its coverage); a file without one (written by
+  a Spark job or imported) is summarised from its data once, when the index
+  first meets it;
+* the unflushed batches of the WAL snapshot are summarised as a query hands
+  them in, each batch once (by its LSN);
+* the merged index is checkpointed to ``_series/index.parquet`` with the list
+  of files it covers, so a restart reads the checkpoint and the summaries of
+  newer files only.
+
+Merging is idempotent (earliest row's labels, earliest first time, latest last
+time), so a row seen twice, in a batch and then in the file it was flushed to,
+changes nothing. Entries of series whose rows all left the table (retention)
+are dropped when files leave it. Everything here is derived data: a missing or
+unreadable summary or checkpoint is rebuilt from the data files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shoal.schema import TableSpec
+from shoal.storage import layout
+from shoal.storage.snapshot import LsnBatch
+from shoal.storage.types import ScanFile, TableSnapshot
+
+logger = logging.getLogger(__name__)
+
+FIRST = "first_ns"
+LAST = "last_ns"
+CHECKPOINT = f"{layout.SERIES_DIR}/index.parquet"
+_COVERED = b"shoal.covered"
+CHECKPOINT_EVERY = 8
+"""Files merged since the last checkpoint before another is written."""
+
+I64 = np.ndarray[Any, np.dtype[np.int64]]
+
+
+def index_schema(spec: TableSpec) -> pa.Schema:
+    """The index's columns: the series key, the describing columns, first and last time."""
+    fields = [spec.schema.field(c) for c in (spec.series_columns[0], *spec.index_columns)]
+    return pa.schema(
+        [*fields, pa.field(FIRST, pa.int64(), nullable=False), pa.field(LAST, pa.int64(), False)]
+    )
+
+
+def _ints(table: pa.Table, name: str) -> I64:
+    column = table.column(name)
+    chunk = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return np.asarray(chunk.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _with_last(table: pa.Table, last: I64) -> pa.Table:
+    i = table.schema.get_field_index(LAST)
+    return table.set_column(i, table.schema.field(i), pa.array(last, pa.int64()))
+
+
+def reduce(table: pa.Table, key: str) -> pa.Table:
+    """One row per ``key``, sorted by it: the columns of its earliest row, the earliest
+    first time and the latest last time."""
+    if table.num_rows == 0:
+        return table
+    keys, first, last = _ints(table, key), _ints(table, FIRST), _ints(table, LAST)
+    order = np.lexsort((first, keys))
+    sorted_keys = keys[order]
+    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+    out = table.take(pa.array(order[starts]))
+    latest = np.maximum.reduceat(last[order], starts)
+    return _with_last(out, latest)
+
+
+def summarize(rows: pa.Table | pa.RecordBatch, spec: TableSpec, schema: pa.Schema) -> pa.Table:
+    """The index rows of ``rows`` (a table's rows, any order)."""
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+    time = table.column(spec.index_time_column)
+    columns = [table.column(name) for name in schema.names[:-2]]
+    out = pa.Table.from_arrays([*columns, time, time], schema=schema)
+    return reduce(out, spec.series_columns[0])
+
+
+def overlay(base: pa.Table, extra: pa.Table, key: str) -> pa.Table:
+    """``base`` and ``extra`` (both reduced) merged; cheap when ``extra`` only moves
+    the last times of series ``base`` already has."""
+    if extra.num_rows == 0:
+        return base
+    if base.num_rows == 0:
+        return extra
+    base_keys, extra_keys = _ints(base, key), _ints(extra, key)
+    pos = np.searchsorted(base_keys, extra_keys).clip(max=len(base_keys) - 1)
+    known = bool((base_keys[pos] == extra_keys).all())
+    if not known or bool((_ints(extra, FIRST) < _ints(base, FIRST)[pos]).any()):
+        # a new series, or an earlier row of a known one (whose labels then come first)
+        return reduce(pa.concat_tables([base, extra]), key)
+    last = _ints(base, LAST).copy()
+    np.maximum.at(last, pos, _ints(extra, LAST))
+    return _with_last(base, last)
+
+
+def _save(path: Path, table: pa.Table, metadata: dict[bytes, bytes] | None = None) -> None:
+    """Write a Parquet file whole or not at all (derived data: no fsync)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if metadata:
+        table = table.replace_schema_metadata(metadata)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+def write_summary(root: Path, spec: TableSpec, rel: str, rows: pa.Table) -> None:
+    """Write the summary of a data file's rows beside it (before the file is committed)."""
+    _save(root / layout.series_path(rel), summarize(rows, spec, index_schema(spec)))
+
+
+def within(table: pa.Table, start_ns: int | None, end_ns: int | None) -> pa.Table:
+    """The rows of an index table seen in ``[start_ns, end_ns]`` (both ends included)."""
+    if start_ns is None and end_ns is None:
+        return table
+    keep = np.ones(table.num_rows, dtype=bool)
+    if end_ns is not None:
+        keep &= _ints(table, FIRST) <= end_ns
+    if start_ns is not None:
+        keep &= _ints(table, LAST) >= start_ns
+    return table if keep.all() else table.filter(pa.array(keep))
+
+
+class SeriesIndex:
+    """The series index of one table (see the module docstring). Thread-safe."""
+
+    def __init__(self, root: Path, spec: TableSpec, label: str) -> None:
+        self.root = root
+        self.spec = spec
+        self.label = label
+        self.schema = index_schema(spec)
+        self.key = spec.series_columns[0]
+        self._lock = threading.Lock()
+        self._table: pa.Table | None = None
+        self._covered: set[str] = set()
+        self._lsn = 0
+        self._unsaved = 0
+
+    # -- files ------------------------------------------------------------------
+
+    def _summary_of(self, file: ScanFile) -> pa.Table:
+        rel = os.path.relpath(file.path, self.root)
+        path = self.root / layout.series_path(rel)
+        try:
+            return pq.read_table(path).cast(self.schema)
+        except FileNotFoundError:
+            pass
+        except (OSError, pa.ArrowException, ValueError) as exc:
+            logger.warning(
+                "%s: series summary of %s unusable (%s); recomputing", self.label, rel, exc
+            )
+        columns = [*self.schema.names[:-2], self.spec.index_time_column]
+        summary = summarize(pq.read_table(file.path, columns=columns), self.spec, self.schema)
+        try:
+            _save(path, summary)
+        except OSError as exc:  # derived data: the index still answers
+            logger.warning("%s: could not write the series summary of %s: %s", self.label, rel, exc)
+        return summary
+
+    # -- the merged index -----------------------------------------------------------
+
+    def _load(self) -> pa.Table:
+        path = self.root / CHECKPOINT
+        try:
+            table = pq.read_table(path)
+            covered = json.loads((table.schema.metadata or {}).get(_COVERED, b"[]"))
+            self._covered = {str(p) for p in covered}
+            return table.replace_schema_metadata(None).cast(self.schema)
+        except FileNotFoundError:
+            pass
+        except (OSError, pa.ArrowException, ValueError) as exc:
+            logger.warning("%s: series index checkpoint unusable (%s); rebuilding", self.label, exc)
+        self._covered = set()
+        return self.schema.empty_table()
+
+    def _add_files(self, table: pa.Table, files: Sequence[ScanFile]) -> pa.Table:
+        current = {os.path.relpath(f.path, self.root): f for f in files}
+        if self._covered - current.keys():
+            # files left the table (compaction, retention): forget series older than any row left
+            floor = min((f.min_time_us for f in files), default=None)
+            self._covered &= current.keys()
+            if floor is not None and table.num_rows:
+                keep = _ints(table, LAST) >= floor * 1000
+                table = table.filter(pa.array(keep)) if not keep.all() else table
+        for rel, file in sorted(current.items()):
+            if rel in self._covered:
+                continue
+            table = overlay(table, self._summary_of(file), self.key)
+            self._covered.add(rel)
+            self._unsaved += 1
+        return table
+
+    def _add_batches(self, table: pa.Table, batches: Sequence[LsnBatch]) -> pa.Table:
+        fresh = [b.batch for b in batches if b.lsn > self._lsn and b.batch.num_rows]
+        if fresh:
+            rows = pa.Table.from_batches(fresh)
+            table = overlay(table, summarize(rows, self.spec, self.schema), self.key)
+        if batches:
+            self._lsn = max(self._lsn, max(b.lsn for b in batches))
+        return table
+
+    def read(
+        self,
+        snapshot: TableSnapshot,
+        batches: Sequence[LsnBatch],
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+    ) -> pa.Table:
+        """Every series of ``snapshot``'s files and of ``batches`` seen in
+        ``[start_ns, end_ns]`` (both ends included), one row each."""
+        with self._lock:
+            table = self._table if self._table is not None else self._load()
+            table = self._add_files(table, snapshot.files)
+            table = self._add_batches(table, batches)
+            self._table = table
+            if self._unsaved >= CHECKPOINT_EVERY:
+                self._checkpoint(table)
+        return within(table, start_ns, end_ns)
+
+    def _checkpoint(self, table: pa.Table) -> None:
+        covered = json.dumps(sorted(self._covered)).encode()
+        try:
+            _save(self.root / CHECKPOINT, table, {_COVERED: covered})
+            self._unsaved = 0
+        except OSError as exc:
+            logger.warning("%s: could not checkpoint the series index: %s", self.label, exc)

@@ -1,0 +1,160 @@
+"""The series index: one row per series of a table's files and unflushed batches.
+
+Checked against the same rows grouped independently (pyarrow's group_by), across
+flushes, snapshot batches, lost summaries, a restart from the checkpoint, and
+files leaving the table.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from shoal.schema import METRICS
+from shoal.storage import TableStore, layout
+from shoal.storage import series as series_mod
+from shoal.storage.commit import Commit
+from shoal.storage.snapshot import LsnBatch
+
+from .helpers import BASE_US, metrics_table
+
+HOUR_US = 3_600_000_000
+
+
+def _rows(rng: random.Random, n: int, start_us: int, span_us: int, n_series: int) -> pa.Table:
+    sids = [rng.randrange(n_series) for _ in range(n)]
+    times = [start_us + rng.randrange(span_us) for _ in range(n)]
+    table = metrics_table(times, sids, [f"m{s % 3}" for s in sids])
+    # each row carries its own time as a label, so "the earliest row's labels" is checkable
+    attrs = pa.array(
+        [[("t", str(t)), ("s", str(s))] for t, s in zip(times, sids, strict=True)],
+        pa.map_(pa.string(), pa.string()),
+    )
+    return table.set_column(table.schema.get_field_index("attributes"), "attributes", attrs)
+
+
+def _expected(rows: pa.Table) -> dict[int, tuple[int, int, str]]:
+    """series -> (first ns, last ns, the earliest row's "t" label), grouped independently."""
+    grouped = rows.group_by("series_id").aggregate(
+        [("time_unix_nano", "min"), ("time_unix_nano", "max")]
+    )
+    out = {}
+    for sid, lo, hi in zip(*(grouped.column(i).to_pylist() for i in range(3)), strict=True):
+        out[sid] = (lo, hi, str(lo // 1000))
+    return out
+
+
+def _actual(index: pa.Table) -> dict[int, tuple[int, int, str]]:
+    out = {}
+    for row in index.to_pylist():
+        assert row["series_id"] not in out, "a series listed twice"
+        labels = dict(row["attributes"])
+        assert labels["s"] == str(row["series_id"])
+        out[row["series_id"]] = (row["first_ns"], row["last_ns"], labels["t"])
+    return out
+
+
+def test_the_index_matches_the_rows_over_flushes_and_batches(store: TableStore) -> None:
+    rng = random.Random(7)
+    table = store.open("t", "metrics", METRICS)
+    parts = [_rows(rng, 400, BASE_US + i * HOUR_US // 2, HOUR_US, 60) for i in range(4)]
+    for lsn, part in enumerate(parts[:3], start=1):
+        table.flush(part, lsn)
+    # unflushed rows, in two batches above the committed LSN (one earlier than any file)
+    early = _rows(rng, 50, BASE_US - HOUR_US, HOUR_US // 4, 80)
+    batches = [
+        LsnBatch(4, parts[3].combine_chunks().to_batches()[0]),
+        LsnBatch(5, early.to_batches()[0]),
+    ]
+    index = table.series(table.snapshot(), batches)
+    assert _actual(index) == _expected(pa.concat_tables([*parts, early]))
+    files = list((table.path / layout.SERIES_DIR).glob("hour=*.parquet"))
+    assert len(files) == len(table.snapshot().files) >= 3
+
+    # a time range keeps the series seen in it (both ends included)
+    lo, hi = BASE_US * 1000 + HOUR_US * 250, BASE_US * 1000 + HOUR_US * 500
+    ranged = _actual(table.series(table.snapshot(), batches, lo, hi))
+    assert ranged == {s: v for s, v in _actual(index).items() if v[0] <= hi and v[1] >= lo}
+    assert 0 < len(ranged) < len(index)  # the early-only series are outside
+
+
+def test_lost_or_damaged_summaries_are_rebuilt_from_the_data(tmp_path: Path) -> None:
+    rng = random.Random(8)
+    store = TableStore(tmp_path / "data")
+    table = store.open("t", "metrics", METRICS)
+    parts = [_rows(rng, 300, BASE_US + i * HOUR_US, HOUR_US, 40) for i in range(3)]
+    for lsn, part in enumerate(parts, start=1):
+        table.flush(part, lsn)
+    summaries = sorted((table.path / layout.SERIES_DIR).glob("hour=*.parquet"))
+    summaries[0].unlink()
+    summaries[1].write_bytes(b"not parquet")
+    fresh = TableStore(tmp_path / "data").open("t", "metrics", create=False)
+    assert _actual(fresh.series(fresh.snapshot())) == _expected(pa.concat_tables(parts))
+    assert summaries[0].exists()  # written again
+    assert summaries[1].read_bytes()[:4] == b"PAR1"
+
+
+def test_a_restart_reads_the_checkpoint_not_every_summary(tmp_path: Path) -> None:
+    rng = random.Random(9)
+    store = TableStore(tmp_path / "data")
+    table = store.open("t", "metrics", METRICS)
+    n = series_mod.CHECKPOINT_EVERY
+    parts = [_rows(rng, 100, BASE_US + i * HOUR_US, HOUR_US, 30) for i in range(n)]
+    for lsn, part in enumerate(parts, start=1):
+        table.flush(part, lsn)
+    table.series(table.snapshot())
+    assert (table.path / series_mod.CHECKPOINT).exists()
+    for summary in (table.path / layout.SERIES_DIR).glob("hour=*.parquet"):
+        summary.unlink()  # the checkpoint covers every file: none is read again
+    fresh = TableStore(tmp_path / "data").open("t", "metrics", create=False)
+    assert _actual(fresh.series(fresh.snapshot())) == _expected(pa.concat_tables(parts))
+    assert not list((table.path / layout.SERIES_DIR).glob("hour=*.parquet"))
+
+
+def test_series_whose_rows_left_the_table_leave_the_index(store: TableStore) -> None:
+    rng = random.Random(10)
+    table = store.open("t", "metrics", METRICS)
+    old = _rows(rng, 200, BASE_US, HOUR_US, 20)
+    new = _rows(rng, 200, BASE_US + 5 * HOUR_US, HOUR_US, 20)
+    new = new.set_column(  # other series than the old ones
+        new.schema.get_field_index("series_id"), "series_id", pc.add(new.column("series_id"), 100)
+    )
+    new = new.set_column(
+        new.schema.get_field_index("attributes"),
+        "attributes",
+        pa.array(
+            [
+                [("t", str(t // 1000)), ("s", str(s))]
+                for t, s in zip(
+                    new.column("time_unix_nano").to_pylist(),
+                    new.column("series_id").to_pylist(),
+                    strict=True,
+                )
+            ],
+            pa.map_(pa.string(), pa.string()),
+        ),
+    )
+    table.flush(old, 1)
+    table.flush(new, 2)
+    assert len(table.series(table.snapshot())) == 40
+    gone = [
+        os.path.relpath(f.path, table.path)
+        for f in table.snapshot().files
+        if f.max_time_us < BASE_US + 5 * HOUR_US
+    ]
+    table.commit(Commit(operation="DELETE", removes=tuple(gone)))
+    assert _actual(table.series(table.snapshot())) == _expected(new)
+
+
+def test_tables_without_an_index_say_so(store: TableStore) -> None:
+    from shoal.errors import StorageError
+    from shoal.schema import LOGS
+
+    logs = store.open("t", "logs", LOGS)
+    with pytest.raises(StorageError, match="no series index"):
+        logs.series(logs.snapshot())
