@@ -13,7 +13,7 @@ PIP    := $(BIN)/python -m pip install --quiet --constraint $(LOCK)
 
 .PHONY: serve test test-fast test-slow test-spark test-all lint typecheck check lock \
         bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-storm bench-pipeline \
-        bench-pg bench-promql bench-peers clean
+        bench-pg bench-promql bench-browser bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -100,6 +100,10 @@ bench-pipeline: $(BENCH_STAMP)
 # needs Debian's prometheus (apt-get install prometheus); --series/--hours to scale
 bench-promql: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_promql $(BENCH_PROMQL_ARGS)
+
+# the metric browser over 100,000 series (needs prometheus too)
+bench-browser: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_promql --series 100000 --hours 0.1 --browser-only
 
 ## shoal beside Prometheus and VictoriaMetrics on the same remote-write samples
 ## (needs Debian's prometheus and victoria-metrics: apt-get install prometheus victoria-metrics)

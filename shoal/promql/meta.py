@@ -62,6 +62,7 @@ async def series(
             lambda: (
                 fetch.series_label_sets(table, source.promote) + fetch.target_label_sets(resources)
             ),
+            per_series=True,
         )
     catalog = await source.catalog(start_ms, end_ms)
     for sel in matches:
@@ -78,6 +79,7 @@ async def series(
             ("label sets", tuple(sorted(names))),
             table,
             functools.partial(fetch.series_label_sets, table, source.promote),
+            per_series=True,
         )
         for labels in label_sets:
             if fetch.matches_all(labels, sel.matchers):

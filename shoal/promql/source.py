@@ -65,9 +65,12 @@ class SampleSource(Protocol):
         self, start_ms: int, end_ms: int, times: bool = True
     ) -> tuple[pa.Table, pa.Table]: ...
 
-    def memo(self, what: Hashable, series: pa.Table, compute: Callable[[], T]) -> T:
+    def memo(
+        self, what: Hashable, series: pa.Table, compute: Callable[[], T], per_series: bool = False
+    ) -> T:
         """``compute()``, remembered for as long as ``series`` (index rows) holds the
-        same series with the same earliest rows."""
+        same series with the same earliest rows; ``per_series`` when the answer holds
+        something for each of them (it then weighs as much as they are many)."""
         ...
 
 
@@ -100,9 +103,42 @@ def _time_filter(start_ms: int, end_ms: int, alias: str = "") -> str:
 
 T = TypeVar("T")
 
-_DERIVED: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
-_DERIVED_MAX = 64
-_DERIVED_LOCK = threading.Lock()
+
+class _Answers:
+    """Answers derived from index rows, remembered under the rows' fingerprint, at most
+    ``max_entries`` of them and ``max_weight`` series in per-series answers. Thread-safe."""
+
+    def __init__(self, max_entries: int, max_weight: int) -> None:
+        self.max_entries = max_entries
+        self.max_weight = max_weight
+        self._lock = threading.Lock()
+        self._entries: collections.OrderedDict[Hashable, tuple[Any, int]] = (
+            collections.OrderedDict()
+        )
+        self._weight = 0
+
+    def get(self, key: Hashable) -> tuple[bool, Any]:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return False, None
+            self._entries.move_to_end(key)
+            return True, entry[0]
+
+    def put(self, key: Hashable, value: Any, weight: int) -> None:
+        if weight > self.max_weight:
+            return
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = (value, weight)
+            self._weight += weight
+            while len(self._entries) > self.max_entries or self._weight > self.max_weight:
+                self._weight -= self._entries.popitem(last=False)[1][1]
+
+
+_ANSWERS = _Answers(max_entries=64, max_weight=250_000)
+"""Over every tenant; 250,000 series of label sets are about 100 MB."""
 
 
 def fingerprint(series: pa.Table) -> tuple[int, int, int]:
@@ -140,19 +176,16 @@ class QuerySource:
             )
         return table
 
-    def memo(self, what: Hashable, series: pa.Table, compute: Callable[[], T]) -> T:
+    def memo(
+        self, what: Hashable, series: pa.Table, compute: Callable[[], T], per_series: bool = False
+    ) -> T:
         key = (self.tenant, self.promote, what, fingerprint(series))
-        with _DERIVED_LOCK:
-            if key in _DERIVED:
-                _DERIVED.move_to_end(key)
-                value: T = _DERIVED[key]
-                return value
-        value = compute()
-        with _DERIVED_LOCK:
-            _DERIVED[key] = value
-            while len(_DERIVED) > _DERIVED_MAX:
-                _DERIVED.popitem(last=False)
-        return value
+        found, value = _ANSWERS.get(key)
+        if not found:
+            value = compute()
+            _ANSWERS.put(key, value, series.num_rows if per_series else 1)
+        answer: T = value
+        return answer
 
     async def _index(self, start_ms: int, end_ms: int) -> pa.Table:
         """The tenant's metric series seen in the range (the series index, no SQL)."""

@@ -99,3 +99,29 @@ def test_column_wise_answers_equal_the_label_sets(
     values = meta._all_label_values(label, table, resources, promote)
     expected = {labels[label] for labels in label_sets if labels.get(label)}
     assert values is None or values == expected
+
+
+def test_remembered_answers_are_bounded_in_entries_and_in_series() -> None:
+    from shoal.promql.source import _Answers
+
+    answers = _Answers(max_entries=3, max_weight=10)
+    answers.put("a", "A", 6)
+    answers.put("b", "B", 6)  # 12 series > 10: the oldest goes
+    assert answers.get("a") == (False, None) and answers.get("b") == (True, "B")
+    answers.put("huge", "H", 11)  # never kept
+    assert answers.get("huge") == (False, None)
+    for k in "cde":
+        answers.put(k, k.upper(), 1)
+    assert [answers.get(k)[0] for k in "bcde"] == [False, True, True, True]
+
+
+def test_the_fingerprint_moves_with_the_set_of_series_not_with_new_samples() -> None:
+    from shoal.promql.source import fingerprint
+
+    def rows(ids: list[int], firsts: list[int], lasts: list[int]) -> pa.Table:
+        return pa.table({"series_id": ids, "first_ns": firsts, "last_ns": lasts})
+
+    base = fingerprint(rows([1, 2], [10, 20], [30, 40]))
+    assert fingerprint(rows([2, 1], [20, 10], [99, 99])) == base  # later samples only
+    assert fingerprint(rows([1, 2, 3], [10, 20, 5], [30, 40, 5])) != base  # a new series
+    assert fingerprint(rows([1, 2], [9, 20], [30, 40])) != base  # an earlier first row
