@@ -149,6 +149,16 @@ def test_series_whose_rows_left_the_table_leave_the_index(store: TableStore) -> 
     ]
     table.commit(Commit(operation="DELETE", removes=tuple(gone)))
     assert _actual(table.series(table.snapshot())) == _expected(new)
+    # vacuum deletes the summaries of the removed files, not the others
+    series_dir = table.path / layout.SERIES_DIR
+    kept = [layout.series_path(os.path.relpath(f.path, table.path)) for f in table.snapshot().files]
+    deleted = table.vacuum(0)
+    assert sorted(r for r in deleted if r.startswith(layout.SERIES_DIR)) == sorted(
+        layout.series_path(rel) for rel in gone
+    )
+    assert all((table.path / rel).exists() for rel in kept)
+    assert not any((table.path / layout.series_path(rel)).exists() for rel in gone)
+    assert len(list(series_dir.glob("hour=*.parquet"))) == len(kept)
 
 
 def test_tables_without_an_index_say_so(store: TableStore) -> None:
