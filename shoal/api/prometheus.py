@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
+import msgspec
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
@@ -45,8 +46,10 @@ def _error(error_type: str, message: str, status: int | None = None) -> JSONResp
     )
 
 
-def _success(data: Any) -> JSONResponse:
-    return JSONResponse({"status": "success", "data": data})
+def _success(data: Any) -> Response:
+    # msgspec encodes a large answer (15,000 label sets) several times faster than json
+    body = msgspec.json.encode({"status": "success", "data": data})
+    return Response(body, media_type="application/json")
 
 
 def _translate(exc: Exception) -> JSONResponse:
