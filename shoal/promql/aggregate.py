@@ -72,7 +72,7 @@ def aggregate(op: str, vec: Vec, names: list[str], without: bool, param: F64 | s
             if op == "sum":
                 res = np.where(p, v, 0.0).sum(axis=0)
             elif op == "avg":
-                res = np.where(p, v, 0.0).sum(axis=0) / n
+                res = _mean(np.where(p, v, 0.0), n)
             elif op == "count":
                 res = n.astype(np.float64)
             elif op == "group":
@@ -85,6 +85,10 @@ def aggregate(op: str, vec: Vec, names: list[str], without: bool, param: F64 | s
                 mean = np.where(p, v, 0.0).sum(axis=0) / n
                 dev = np.where(p, v - mean, 0.0)
                 res = (dev * dev).sum(axis=0) / n
+                # equal values vary by exactly 0 (a rounded mean would leave a residue)
+                lo = np.fmin.reduce(np.where(p, v, np.nan), axis=0)
+                hi = np.fmax.reduce(np.where(p, v, np.nan), axis=0)
+                res = np.where(lo == hi, 0.0, res)
                 if op == "stddev":
                     res = np.sqrt(res)
             else:  # quantile
@@ -98,10 +102,21 @@ def aggregate(op: str, vec: Vec, names: list[str], without: bool, param: F64 | s
     return Vec(labels, np.vstack(rows_v), np.vstack(rows_p))
 
 
+def _mean(values: F64, n: np.ndarray) -> F64:
+    """Column means; where the sum overflows and no value is infinite, the sum of each
+    value over the count (Prometheus' incremental mean gives the same)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        res: F64 = values.sum(axis=0) / n
+        over = np.isinf(res) & ~np.isinf(values).any(axis=0)
+        if over.any():
+            res = np.where(over, (values / n).sum(axis=0), res)
+    return res
+
+
 def _quantile(q: F64, values: F64, n: np.ndarray) -> F64:
     """Prometheus' quantile: linear interpolation between the closest ranks, per step."""
     ordered = np.sort(values, axis=0)  # NaN (absent) sort last
-    rank = q * (n - 1)
+    rank = np.nan_to_num(q, nan=0.0) * (n - 1)
     low = np.clip(np.floor(rank), 0, np.maximum(n - 1, 0)).astype(np.int64)
     high = np.minimum(low + 1, np.maximum(n - 1, 0)).astype(np.int64)
     weight = rank - np.floor(rank)
@@ -113,6 +128,7 @@ def _quantile(q: F64, values: F64, n: np.ndarray) -> F64:
 
 def _topk(vec: Vec, names: list[str], without: bool, k: F64, top: bool) -> Vec:
     keep = np.zeros_like(vec.present)
+    ordered: list[int] = []
     for _, rows in _groups(vec, names, without):
         v = vec.values[rows]
         p = vec.present[rows]
@@ -124,6 +140,10 @@ def _topk(vec: Vec, names: list[str], without: bool, k: F64, top: bool) -> Vec:
         np.put_along_axis(ranks, order, np.arange(len(rows))[:, None].repeat(v.shape[1], 1), 0)
         kk = np.floor(k)
         keep[rows] = p & (ranks < kk[None, :])
+        if vec.steps == 1:  # an instant answer lists each group best first
+            ordered.extend(rows[i] for i in order[:, 0] if keep[rows[i], 0])
+    if vec.steps == 1:
+        return Vec(list(vec.labels), vec.values, keep).select(ordered)
     out = Vec(list(vec.labels), vec.values, keep)
     return out.compact()
 

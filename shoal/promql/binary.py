@@ -48,7 +48,7 @@ def vector_scalar(node: Binary, vec: Vec, scalar: F64, vector_left: bool) -> Vec
     b = np.broadcast_to(scalar, a.shape)
     value = arith(node.op, a, b) if vector_left else arith(node.op, b, a)
     present = vec.present.copy()
-    drop_name = True
+    drop_name = node.op != "atan2"  # Prometheus 2.x keeps the name through atan2
     if node.op in COMPARISONS:
         if not node.return_bool:
             present &= value == 1.0
@@ -153,7 +153,7 @@ def vector_vector(node: Binary, lhs: Vec, rhs: Vec) -> Vec:
                 error_type="execution",
             )
     comparison = node.op in COMPARISONS
-    drop_name = not comparison or node.return_bool
+    drop_name = node.op != "atan2" and (not comparison or node.return_bool)
     labels: list[Labels] = []
     values: list[F64] = []
     present: list[Mask] = []

@@ -11,6 +11,7 @@ import numpy as np
 
 from shoal.errors import PromQLError
 from shoal.promql import ranges
+from shoal.promql.fetch import go_regex
 from shoal.promql.model import (
     F64,
     I64,
@@ -117,7 +118,7 @@ def _expand(template: str, match: re.Match[str]) -> str:
 
 def _label_replace(vec: Vec, dst: str, repl: str, src: str, regex: str) -> Vec:
     try:
-        pattern = re.compile(regex)
+        pattern = go_regex(regex)
     except re.error as exc:
         raise PromQLError(
             f"invalid regular expression in label_replace(): {regex}", error_type="execution"
@@ -199,7 +200,8 @@ def _histogram_quantile(q: F64, vec: Vec) -> Vec:
         except ValueError:
             continue
         base = {k: v for k, v in lab.items() if k not in ("le", NAME)}
-        k = key(base)
+        # one histogram per name and labels; two names with equal labels collide below
+        k = key({name: value for name, value in lab.items() if name != "le"})
         if k not in groups:
             groups[k] = (base, [], [])
         groups[k][1].append(i)
@@ -249,7 +251,6 @@ def _string(ev: Evaluator, node: Call, i: int, ts: I64) -> str:
 
 UNSUPPORTED = frozenset(
     {
-        "holt_winters",
         "double_exponential_smoothing",
         "histogram_count",
         "histogram_sum",
@@ -279,6 +280,14 @@ def call(ev: Evaluator, node: Call, ts: I64) -> Value:
             args = [float(ev.scalar(node.args[0], ts)[0])]
         elif name == "predict_linear":
             args = [float(ev.scalar(node.args[1], ts)[0])]
+        elif name == "holt_winters":
+            args = [float(ev.scalar(node.args[i], ts)[0]) for i in (1, 2)]
+            for what, value in zip(("smoothing", "trend"), args, strict=True):
+                if not 0 < value < 1:
+                    raise PromQLError(
+                        f"invalid {what} factor. Expected: 0 < {what[0]}f < 1, got: {value:f}",
+                        error_type="execution",
+                    )
         return ranges.apply(name, matrix, ts, args)
     if name in MATH:
         return _map_values(ev.vector(node.args[0], ts), MATH[name])
@@ -295,7 +304,8 @@ def call(ev: Evaluator, node: Call, ts: I64) -> Value:
             hi = ev.scalar(node.args[1], ts)
         else:
             hi = np.full(n, np.inf)
-        out = _map_values(vec, lambda v: np.fmax(lo, np.fmin(hi, v)))
+        # NaN bounds or values give NaN, as Go's math.Max and math.Min do
+        out = _map_values(vec, lambda v: np.maximum(lo, np.minimum(hi, v)))
         if name == "clamp":
             out.present &= ~(hi < lo)[None, :]
             out = out.compact()

@@ -10,8 +10,10 @@ import promql_parser
 from shoal.errors import PromQLError
 from shoal.text import parse_utc, utc_micros
 
-MIN_TIME_MS = 0
-"""Unix epoch: OTLP times are unsigned, nothing is stored before it."""
+MIN_TIME_MS = -62_135_596_800_000
+"""0001-01-01T00:00:00Z, the first time an RFC 3339 timestamp can write. No sample lies
+before the Unix epoch, but an evaluation time may (a range query's grid starts where
+the user says, and ``time()`` answers it)."""
 MAX_TIME_MS = 253_402_300_799_000
 """9999-12-31T23:59:59Z, the last time an RFC 3339 timestamp can write."""
 

@@ -138,7 +138,7 @@ def _over_time(kind: str) -> RangeFn:
         elif kind == "sum":
             res = np.add.reduceat(x, starts)
         elif kind == "avg":
-            res = np.add.reduceat(x, starts) / cnt
+            res = _mean(x, starts, cnt, (hi - lo)[ok])
         elif kind == "min":
             res = np.fmin.reduceat(x, starts)
         elif kind == "max":
@@ -147,6 +147,8 @@ def _over_time(kind: str) -> RangeFn:
             mean = np.add.reduceat(x, starts) / cnt
             dev = x - np.repeat(mean, (hi - lo)[ok])
             res = np.add.reduceat(dev * dev, starts) / cnt
+            # equal values vary by exactly 0 (a rounded mean would leave a residue)
+            res = np.where(np.fmin.reduceat(x, starts) == np.fmax.reduceat(x, starts), 0.0, res)
             if kind == "stddev":
                 res = np.sqrt(res)
         elif kind == "quantile":
@@ -160,6 +162,19 @@ def _over_time(kind: str) -> RangeFn:
         return out, ok
 
     return fn
+
+
+def _mean(x: F64, starts: I64, cnt: F64, lens: I64) -> F64:
+    """Each window's mean; where the sum overflows and no value is infinite, the sum of
+    each value over the count (Prometheus' incremental mean gives the same)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        res = np.add.reduceat(x, starts) / cnt
+        over = np.isinf(res)
+        if over.any():
+            has_inf = np.add.reduceat(np.isinf(x).astype(np.int64), starts) > 0
+            scaled = np.add.reduceat(x / np.repeat(cnt, lens), starts)
+            res = np.where(over & ~has_inf, scaled, res)
+    return res
 
 
 def quantile_outside(q: float) -> float | None:
@@ -217,6 +232,30 @@ def _regression(predict: bool) -> RangeFn:
     return fn
 
 
+def _holt_winters(
+    s: Series, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
+) -> tuple[F64, Mask]:
+    """Double exponential smoothing of each window: the level after its last sample.
+
+    Level and trend start from the first two samples; each later sample moves the
+    level by the smoothing factor and the trend by the trend factor. A loop per
+    window: the recurrence has no closed column-wise form.
+    """
+    sf, tf = args
+    ok = (hi - lo) >= 2
+    out = np.full(len(lo), np.nan)
+    for j in np.flatnonzero(ok):
+        v = s.v[lo[j] : hi[j]].tolist()
+        level, trend = v[0], v[1] - v[0]
+        previous = 0.0
+        for i in range(1, len(v)):
+            if i > 1:
+                trend = tf * (level - previous) + (1 - tf) * trend
+            previous, level = level, sf * v[i] + (1 - sf) * (level + trend)
+        out[j] = level
+    return out, ok
+
+
 RANGE_FUNCTIONS: dict[str, RangeFn] = {
     "rate": _extrapolated(counter=True, rate=True),
     "increase": _extrapolated(counter=True, rate=False),
@@ -232,6 +271,7 @@ RANGE_FUNCTIONS: dict[str, RangeFn] = {
         for k in ("avg", "sum", "count", "min", "max", "last", "present", "stddev", "stdvar")
     },
     "quantile_over_time": _over_time("quantile"),
+    "holt_winters": _holt_winters,
 }
 KEEPS_NAME = frozenset({"last_over_time"})
 
@@ -247,10 +287,8 @@ def apply(name: str, matrix: Matrix, ts: I64, args: list[float]) -> Vec:
         lo, hi = _windows(live.t, eff, matrix.range_ms)
         if not (hi > lo).any():
             continue
-        pred_ts = (np.full(len(ts), matrix.at_ms) if matrix.at_ms is not None else ts).astype(
-            np.int64
-        )
-        out, ok = fn(live, lo, hi, eff, matrix.range_ms, pred_ts, args)
+        # predict_linear predicts from the evaluation time, even under ``@``
+        out, ok = fn(live, lo, hi, eff, matrix.range_ms, ts.astype(np.int64), args)
         if not ok.any():
             continue
         labels.append(dict(live.labels) if name in KEEPS_NAME else without_name(live.labels))

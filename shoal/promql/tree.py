@@ -21,6 +21,21 @@ from shoal.promql.model import NAME
 _MATCH_OPS = {"Equal": "=", "NotEqual": "!=", "Re": "=~", "NotRe": "!~"}
 
 
+def _register_functions() -> None:
+    """Functions of the Prometheus 2.x releases the parser no longer knows by that name."""
+    kind = promql_parser.ValueType
+    extra = promql_parser.Function(
+        "holt_winters", [kind.Matrix, kind.Scalar, kind.Scalar], kind.Vector
+    )
+    try:
+        promql_parser.register_extra_functions([extra])
+    except ValueError:  # already known (registered before, or a later parser has it)
+        pass
+
+
+_register_functions()
+
+
 @dataclasses.dataclass(eq=False)
 class Node:
     pass
