@@ -99,7 +99,7 @@ def target_series(found: tuple[pa.Table, pa.Table]) -> list[Series]:
 
 # -- matchers ---------------------------------------------------------------------
 
-_FLAGS = re.compile(r"\(\?([a-zA-Z]*(?:-[a-zA-Z]*)?)\)")
+_FLAGS = re.compile(r"\(\?([imsU]+(?:-[imsU]+)?|-[imsU]+)\)")  # RE2's flags
 
 
 def go_regex(pattern: str) -> re.Pattern[str]:
