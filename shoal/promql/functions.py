@@ -116,6 +116,9 @@ def _expand(template: str, match: re.Match[str]) -> str:
     return re.sub(r"\$(?:\{(\w+)\}|(\w+))", one, template.replace("$$", "\0")).replace("\0", "$")
 
 
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
 def _label_replace(vec: Vec, dst: str, repl: str, src: str, regex: str) -> Vec:
     try:
         pattern = go_regex(regex)
@@ -123,7 +126,7 @@ def _label_replace(vec: Vec, dst: str, repl: str, src: str, regex: str) -> Vec:
         raise PromQLError(
             f"invalid regular expression in label_replace(): {regex}", error_type="execution"
         ) from exc
-    if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", dst):
+    if not _LABEL_NAME.fullmatch(dst):
         raise PromQLError(
             f"invalid destination label name in label_replace(): {dst}", error_type="execution"
         )
@@ -148,6 +151,10 @@ def _with_label(labels: Labels, name: str, value: str) -> Labels:
 
 
 def _label_join(vec: Vec, dst: str, sep: str, srcs: list[str]) -> Vec:
+    if not _LABEL_NAME.fullmatch(dst):
+        raise PromQLError(
+            f"invalid destination label name in label_join(): {dst}", error_type="execution"
+        )
     labels = []
     for lab in vec.labels:
         labels.append(_with_label(lab, dst, sep.join(lab.get(s, "") for s in srcs)))

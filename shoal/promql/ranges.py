@@ -30,7 +30,7 @@ def _gather(lo: I64, hi: I64) -> tuple[I64, I64, Mask]:
     cnt = hi - lo
     ok = cnt > 0
     lens = cnt[ok]
-    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    starts = (np.cumsum(lens) - lens).astype(np.int64)
     total = int(lens.sum())
     flat = np.arange(total, dtype=np.int64) - np.repeat(starts, lens) + np.repeat(lo[ok], lens)
     return flat, starts, ok

@@ -9,15 +9,14 @@ result type, series and labels, and values within 1e-9 relative.
 
 from __future__ import annotations
 
-import math
 import time
-from typing import Any
 
 import pytest
 
 from loadtest import remote_write
 from loadtest.ingest import ServerProcess
 from tests.promql import dataset, otlp_data
+from tests.promql.compare import compare as _compare
 from tests.promql.conftest import Prometheus, get_json, post
 
 MINUTE = 60_000
@@ -279,57 +278,6 @@ def loaded(prometheus: Prometheus, shoal_server: ServerProcess) -> int:
     )
     assert status in (200, 204), body
     return base
-
-
-def _value(text: str) -> float:
-    return float(text.replace("+Inf", "inf").replace("-Inf", "-inf"))
-
-
-def _close(a: str, b: str) -> bool:
-    x, y = _value(a), _value(b)
-    if math.isnan(x) or math.isnan(y):
-        return math.isnan(x) and math.isnan(y)
-    if math.isinf(x) or math.isinf(y):
-        return x == y
-    return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
-
-
-def _normalise(data: dict[str, Any]) -> dict[str, Any]:
-    kind = data["resultType"]
-    result = data["result"]
-    if kind in ("scalar", "string"):
-        return {"kind": kind, "value": result}
-    out: dict[Any, Any] = {}
-    for item in result:
-        labels = tuple(sorted(item["metric"].items()))
-        out[labels] = item["value"] if kind == "vector" else item["values"]
-    return {"kind": kind, "series": out}
-
-
-def _compare(ours: dict[str, Any], theirs: dict[str, Any], what: str) -> None:
-    if theirs["status"] == "error":
-        assert ours["status"] == "error", (what, theirs, ours)
-        assert ours["errorType"] == theirs["errorType"], (what, theirs, ours)
-        return
-    assert ours["status"] == "success", (what, ours)
-    a, b = _normalise(ours["data"]), _normalise(theirs["data"])
-    assert a["kind"] == b["kind"], (what, a["kind"], b["kind"])
-    if a["kind"] in ("scalar", "string"):
-        assert a["value"][0] == b["value"][0], what
-        assert _close(a["value"][1], b["value"][1]), (what, a["value"], b["value"])
-        return
-    assert set(a["series"]) == set(b["series"]), (
-        what,
-        sorted(set(a["series"]) - set(b["series"]))[:3],
-        sorted(set(b["series"]) - set(a["series"]))[:3],
-    )
-    for labels, theirs_points in b["series"].items():
-        ours_points = a["series"][labels]
-        if a["kind"] == "vector":
-            ours_points, theirs_points = [ours_points], [theirs_points]
-        assert [p[0] for p in ours_points] == [p[0] for p in theirs_points], (what, labels)
-        for (t, x), (_, y) in zip(ours_points, theirs_points, strict=True):
-            assert _close(x, y), (what, labels, t, x, y)
 
 
 def _instant_times(base: int) -> list[float]:
