@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from shoal.errors import PromQLError
-from shoal.promql import mapping
-from shoal.promql.model import F64, NAME, LabelKey, Labels, Vec, key
+from shoal.promql import mapping, native
+from shoal.promql.model import F64, HIST, NAME, LabelKey, Labels, Vec, key
 
 SUPPORTED = frozenset(
     {
@@ -28,9 +28,12 @@ SUPPORTED = frozenset(
 
 def group_labels(labels: Labels, names: list[str], without: bool) -> Labels:
     if without:
-        drop = set(names) | {NAME}
+        drop = (set(names) - {HIST}) | {NAME}
         return {k: v for k, v in labels.items() if k not in drop}
-    return {k: labels[k] for k in names if k in labels and labels[k] != ""}
+    out = {k: labels[k] for k in names if k in labels and labels[k] != ""}
+    if HIST in labels:  # a histogram's components are added up one by one
+        out[HIST] = labels[HIST]
+    return out
 
 
 def _groups(vec: Vec, names: list[str], without: bool) -> list[tuple[Labels, list[int]]]:
@@ -52,6 +55,8 @@ def aggregate(op: str, vec: Vec, names: list[str], without: bool, param: F64 | s
     if op not in SUPPORTED:
         raise PromQLError(f"aggregation {op!r} is not supported")
     steps = vec.steps
+    if op not in ("sum", "avg"):  # the others see a histogram as one sample, or not at all
+        vec = native.as_samples(vec) if op in ("count", "group") else native.floats_only(vec)
     if op in ("topk", "bottomk"):
         assert isinstance(param, np.ndarray)
         return _topk(vec, names, without, param, op == "topk")

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from shoal.errors import PromQLError
-from shoal.promql import aggregate, binary, fetch, functions, mapping, ranges, tree
+from shoal.promql import aggregate, binary, fetch, functions, mapping, native, ranges, tree
 from shoal.promql.model import F64, I64, NAME, Matrix, Series, Vec, latest
 from shoal.promql.source import SampleSource
 from shoal.promql.tree import Aggregate, Binary, Call, Neg, Node, Num, Selector, Str, Subquery
@@ -90,9 +90,11 @@ async def load(
             found = fetch.target_series(await source.targets(a, b))
         names = fetch.select_metrics(catalog, sel.matchers)
         if names:
-            wanted = sorted({n for info in catalog if info.otlp_name in names for n in info.names})
+            chosen = [info for info in catalog if info.otlp_name in names]
+            wanted = sorted({n for info in chosen for n in info.names})
+            exponential = any(info.metric_type == "exponential_histogram" for info in chosen)
             table, labels = await asyncio.gather(
-                source.rows(names, a, b), source.series(names, a, b)
+                source.rows(names, a, b, exponential), source.series(names, a, b)
             )
             found += await loop.run_in_executor(
                 None, fetch.to_series, table, labels, wanted, source.promote
@@ -203,6 +205,11 @@ class Evaluator:
     def binary(self, node: Binary, ts: I64) -> Value:
         lhs = self.eval(node.lhs, ts)
         rhs = self.eval(node.rhs, ts)
+        # a histogram may be scaled by a number; other operators ignore histograms
+        if isinstance(lhs, Vec) and not (isinstance(rhs, np.ndarray) and node.op in ("*", "/")):
+            lhs = native.floats_only(lhs)
+        if isinstance(rhs, Vec) and not (isinstance(lhs, np.ndarray) and node.op == "*"):
+            rhs = native.floats_only(rhs)
         if isinstance(lhs, np.ndarray) and isinstance(rhs, np.ndarray):
             return binary.scalar_scalar(node, lhs, rhs)
         if node.op in binary.SET_OPS and not (isinstance(lhs, Vec) and isinstance(rhs, Vec)):
@@ -227,6 +234,11 @@ def _type_name(value: Value) -> str:
     if isinstance(value, str):
         return "string"
     return "scalar"
+
+
+def _labels_only(samples: list[Series]) -> Vec:
+    n = len(samples)
+    return Vec([s.labels for s in samples], np.zeros((n, 1)), np.ones((n, 1), dtype=bool))
 
 
 def steps(start_ms: int, end_ms: int, step_ms: int) -> I64:
@@ -263,10 +275,13 @@ async def evaluate(
                     'invalid expression type "range vector" for range query, '
                     "must be Scalar or instant Vector"
                 )
-            return Result("matrix", ts, samples=ranges.window_samples(value, start_ms))
+            samples = ranges.window_samples(value, start_ms)
+            native.refuse_components(Vec.empty(1) if not samples else _labels_only(samples))
+            return Result("matrix", ts, samples=samples)
         if isinstance(value, str):
             return Result("string", ts, string=value)
         if isinstance(value, Vec):
+            native.refuse_components(value)
             return Result("vector" if instant else "matrix", ts, vec=value.compact())
         return Result("scalar" if instant else "matrix", ts, scalar=value)
 

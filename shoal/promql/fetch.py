@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from shoal.errors import PromQLError
 from shoal.promql import mapping
-from shoal.promql.model import NAME, LabelKey, Labels, Series, key
+from shoal.promql.model import HIST, NAME, LabelKey, Labels, Series, key
 
 logger = logging.getLogger(__name__)
 
@@ -301,6 +301,7 @@ def to_series(
     wanted_set = set(wanted) if wanted is not None else None
     out = _Collector()
     lists: tuple[FlatLists, FlatLists] | None = None
+    exp: _Exponential | None = None
     floats = _Floats(table)
     for a, b in zip(starts, ends, strict=True):
         row = index.get((dictionary[int(name_code[a])], int(sid[a])))
@@ -316,7 +317,10 @@ def to_series(
         emit = _Emitter(out, wanted_set, attributes, resource, t, stale, promote)
         cumulative = info.metric_type == "summary" or (
             info.temporality == 2
-            and (info.metric_type == "histogram" or (info.metric_type == "sum" and info.monotonic))
+            and (
+                info.metric_type in ("histogram", "exponential_histogram")
+                or (info.metric_type == "sum" and info.monotonic)
+            )
         )
         if cumulative:
             emit.zeros = restarts(t, start_ns[a:b])
@@ -335,6 +339,10 @@ def to_series(
             _histogram(floats, rows, base, emit, info.temporality == 1, lists)
         elif info.metric_type == "summary":
             _summary(table, floats, rows, base, emit)
+        elif info.metric_type == "exponential_histogram":
+            if exp is None:
+                exp = _Exponential(table)
+            exp.emit(floats, rows, base, emit, info.temporality == 1)
     return out.series()
 
 
@@ -448,6 +456,62 @@ def _histogram(
             emit(f"{base}_bucket", full, {"le": le}, keep)
 
 
+class _Exponential:
+    """Exponential histogram rows as native histogram components (shoal/promql/native.py).
+
+    The rows of one series are brought to the smallest scale among them (bucket
+    ``i`` of scale ``s`` is bucket ``i >> (s - t)`` of scale ``t``; an SDK lowers the
+    scale as its range grows), so that each component is one counter over time.
+    """
+
+    def __init__(self, table: pa.Table) -> None:
+        self.positive = FlatLists(table.column("exp_positive_bucket_counts"))
+        self.negative = FlatLists(table.column("exp_negative_bucket_counts"))
+
+    def emit(
+        self,
+        floats: _Floats,
+        rows: np.ndarray,
+        base: str,
+        emit: _Emitter,
+        delta: bool,
+    ) -> None:
+        scale = floats("exp_scale", rows)
+        if np.isnan(scale).all():
+            return
+        target = int(np.nanmin(scale))
+
+        def running(values: np.ndarray) -> np.ndarray:
+            return np.cumsum(np.nan_to_num(values), axis=0) if delta else values
+
+        emit(base, running(floats("count", rows)), {HIST: "count"})
+        emit(base, running(floats("sum", rows)), {HIST: "sum"})
+        threshold = floats("exp_zero_threshold", rows)
+        top = float(np.nanmax(threshold)) if (~np.isnan(threshold)).any() else 0.0
+        zero = running(floats("exp_zero_count", rows))
+        emit(base, zero, {HIST: f"zero:{mapping.format_float(top)}"})
+        for sign, lists, column in (
+            ("p", self.positive, "exp_positive_offset"),
+            ("n", self.negative, "exp_negative_offset"),
+        ):
+            lengths = lists.lengths[rows]
+            if not lengths.any():
+                continue
+            owner = np.repeat(np.arange(len(rows)), lengths)
+            first = np.repeat(np.cumsum(lengths) - lengths, lengths)
+            position = np.arange(int(lengths.sum())) - first
+            flat = lists.values[np.repeat(lists.starts[rows], lengths) + position]
+            offset = np.nan_to_num(floats(column, rows)).astype(np.int64)
+            shift = (np.nan_to_num(scale).astype(np.int64) - target)[owner]
+            index = (offset[owner] + position) >> shift
+            union, column_of = np.unique(index, return_inverse=True)
+            counts = np.zeros((len(rows), len(union)))
+            np.add.at(counts, (owner, column_of), flat)
+            counts = running(counts)
+            for j, bucket in enumerate(union):
+                emit(base, counts[:, j], {HIST: f"{sign}:{target}:{int(bucket)}"})
+
+
 def _summary(table: pa.Table, floats: _Floats, rows: np.ndarray, base: str, emit: _Emitter) -> None:
     emit(f"{base}_count", floats("count", rows))
     emit(f"{base}_sum", floats("sum", rows))
@@ -497,7 +561,7 @@ def series_label_sets(table: pa.Table, promote: tuple[str, ...] = ()) -> list[La
             items = table.column("quantile_values")[i].as_py() or []
             extras += [(base, {"quantile": mapping.format_float(q["quantile"])}) for q in items]
             extras += [(f"{base}_sum", {}), (f"{base}_count", {})]
-        elif info.metric_type in ("gauge", "sum"):
+        else:  # gauges, sums, and exponential histograms (native: the bare name)
             extras.append((base, {}))
         for name, extra in extras:
             labels = mapping.series_labels(name, attributes, resource, promote)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shoal.errors import PromQLError
-from shoal.promql import ranges
+from shoal.promql import native, ranges
 from shoal.promql.fetch import go_regex
 from shoal.promql.model import (
     F64,
@@ -67,6 +67,7 @@ DATES = (
 
 
 def _map_values(vec: Vec, fn: Callable[[F64], F64]) -> Vec:
+    vec = native.floats_only(vec)  # a histogram has no single value to map
     with np.errstate(all="ignore"):
         values = fn(vec.values)
     labels = [{k: v for k, v in lab.items() if k != NAME} for lab in vec.labels]
@@ -259,9 +260,6 @@ def _string(ev: Evaluator, node: Call, i: int, ts: I64) -> str:
 UNSUPPORTED = frozenset(
     {
         "double_exponential_smoothing",
-        "histogram_count",
-        "histogram_sum",
-        "histogram_avg",
         "histogram_fraction",
         "histogram_stddev",
         "histogram_stdvar",
@@ -282,6 +280,8 @@ def call(ev: Evaluator, node: Call, ts: I64) -> Value:
         matrix = ev.eval(node.args[1] if name == "quantile_over_time" else node.args[0], ts)
         if not isinstance(matrix, Matrix):
             raise PromQLError(f"expected a range vector as argument of {name}()")
+        if name not in native.RANGE_FUNCTIONS:
+            matrix = native.floats_only_matrix(matrix)
         args: list[float] = []
         if name == "quantile_over_time":
             args = [float(ev.scalar(node.args[0], ts)[0])]
@@ -322,7 +322,7 @@ def call(ev: Evaluator, node: Call, ts: I64) -> Value:
     if name == "vector":
         return Vec([{}], ev.scalar(node.args[0], ts)[None, :].copy(), np.ones((1, n), bool))
     if name == "scalar":
-        vec = ev.vector(node.args[0], ts)
+        vec = native.floats_only(ev.vector(node.args[0], ts))
         count = vec.present.sum(axis=0)
         value = np.where(vec.present, vec.values, 0.0).sum(axis=0)
         return np.where(count == 1, value, np.nan)
@@ -361,7 +361,20 @@ def call(ev: Evaluator, node: Call, ts: I64) -> Value:
         srcs = [_string(ev, node, i, ts) for i in range(3, len(node.args))]
         return _label_join(vec, dst, sep, srcs)
     if name == "histogram_quantile":
-        return _histogram_quantile(ev.scalar(node.args[0], ts), ev.vector(node.args[1], ts))
+        q, vec = ev.scalar(node.args[0], ts), ev.vector(node.args[1], ts)
+        classic = _histogram_quantile(q, native.floats_only(vec))
+        if not native.has_components(vec):
+            return classic
+        both = native.quantile(q, vec), classic
+        return merge_rows(
+            [lab for v in both for lab in v.labels],
+            np.vstack([v.values for v in both]),
+            np.vstack([v.present for v in both]),
+        )
+    if name in ("histogram_count", "histogram_sum"):
+        return native.component(ev.vector(node.args[0], ts), name.removeprefix("histogram_"))
+    if name == "histogram_avg":
+        return native.average(ev.vector(node.args[0], ts))
     if name in DATES:
         if not node.args:
             return Vec([{}], _date(name, ts / 1000.0)[None, :], np.ones((1, n), bool))

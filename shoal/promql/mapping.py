@@ -186,9 +186,7 @@ def exposed_names(base: str, metric_type: str) -> list[str]:
         return [f"{base}_bucket", f"{base}_sum", f"{base}_count"]
     if metric_type == "summary":
         return [base, f"{base}_sum", f"{base}_count"]
-    if metric_type == "exponential_histogram":
-        return []
-    return [base]
+    return [base]  # exponential histograms too: native histograms keep the bare name
 
 
 def prom_type(metric_type: str, monotonic: bool | None, temporality: int | None) -> str:

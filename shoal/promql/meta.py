@@ -103,14 +103,6 @@ async def label_names(
     return sorted(names)
 
 
-_LABELLED = pa.array(["gauge", "sum", "histogram", "summary"])
-"""The metric types whose series have label sets (exponential histograms have none)."""
-
-
-def _labelled(table: pa.Table) -> pa.Table:
-    return table.filter(pc.is_in(table.column("metric_type"), value_set=_LABELLED))
-
-
 def _keys_with_values(maps: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
     """The keys and values of every entry of ``maps`` whose value is not empty."""
     # a map's .keys/.items ignore a slice's offset: view the maps as lists of entries
@@ -125,7 +117,6 @@ def _keys_with_values(maps: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
 def _all_label_names(table: pa.Table, resources: pa.Table, promote: tuple[str, ...]) -> set[str]:
     """The label names of every series of ``table`` (index rows) and every target_info,
     computed column-wise: the same set as the label sets of :func:`series` hold."""
-    table = _labelled(table)
     names: set[str] = set()
     if table.num_rows:
         names.add(NAME)
@@ -193,7 +184,6 @@ def _all_label_values(
     column-wise; None where only the label sets themselves can tell (an attribute
     that the mapping may override or join: several attribute keys, a promoted
     resource attribute, or an attribute named like a label the mapping sets)."""
-    table = _labelled(table)
     values: set[str] = set()
     for labels in fetch.target_label_sets(resources):
         if labels.get(name):
@@ -257,8 +247,6 @@ async def metadata(
 ) -> dict[str, list[dict[str, str]]]:
     out: dict[str, list[dict[str, str]]] = {}
     for info in await source.catalog(start_ms, end_ms):
-        if info.metric_type == "exponential_histogram":
-            continue
         base = info.base
         if metric is not None and metric != base:
             continue

@@ -25,6 +25,9 @@ I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
 NAME = "__name__"
+HIST = "__hist__"
+"""Internal label of a native histogram's component series (shoal/promql/native.py);
+never in an answer."""
 
 
 def key(labels: Mapping[str, str]) -> LabelKey:

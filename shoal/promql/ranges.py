@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from shoal.errors import PromQLError
-from shoal.promql.model import F64, I64, Mask, Matrix, Series, Vec, merge_rows, without_name
+from shoal.promql.model import F64, HIST, I64, Mask, Matrix, Series, Vec, merge_rows, without_name
 
 RangeFn = Callable[[Series, I64, I64, I64, int, I64, list[float]], tuple[F64, Mask]]
 
@@ -60,7 +60,7 @@ def _extrapolated(counter: bool, rate: bool) -> RangeFn:
         to_end = (range_end - t[b]) / 1000.0
         sampled = (t[b] - t[a]) / 1000.0
         avg_gap = sampled / (hi[ok] - lo[ok] - 1)
-        if counter:
+        if counter and HIST not in s.labels:  # Prometheus: floats only, not histograms
             with np.errstate(divide="ignore", invalid="ignore"):
                 to_zero = sampled * (first / result)
             use = (result > 0) & (first >= 0) & (to_zero < to_start)

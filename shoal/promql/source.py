@@ -30,6 +30,11 @@ COLUMNS = (
     "bucket_counts, explicit_bounds, quantile_values"
 )
 """The sample columns; attribute maps are read once per series (:meth:`QuerySource.series`)."""
+EXPONENTIAL_COLUMNS = (
+    "exp_scale, exp_zero_count, exp_zero_threshold, exp_positive_offset, "
+    "exp_positive_bucket_counts, exp_negative_offset, exp_negative_bucket_counts"
+)
+"""Read too when an exponential histogram is among the metrics."""
 SERIES_COLUMNS = (
     "metric_name, metric_type, metric_unit, is_monotonic, aggregation_temporality, series_id, "
     "attributes, resource_attributes, explicit_bounds, quantile_values"
@@ -51,7 +56,9 @@ class SampleSource(Protocol):
 
     async def catalog(self, start_ms: int, end_ms: int) -> list[MetricInfo]: ...
 
-    async def rows(self, otlp_names: Sequence[str], start_ms: int, end_ms: int) -> pa.Table: ...
+    async def rows(
+        self, otlp_names: Sequence[str], start_ms: int, end_ms: int, exponential: bool = False
+    ) -> pa.Table: ...
 
     async def series(
         self, otlp_names: Sequence[str] | None, start_ms: int, end_ms: int
@@ -209,10 +216,13 @@ class QuerySource:
         found = await self._index(start_ms, end_ms)
         return self.memo("catalog", found, lambda: _catalog(found))
 
-    async def rows(self, otlp_names: Sequence[str], start_ms: int, end_ms: int) -> pa.Table:
+    async def rows(
+        self, otlp_names: Sequence[str], start_ms: int, end_ms: int, exponential: bool = False
+    ) -> pa.Table:
         names = ", ".join(_quote(n) for n in sorted(set(otlp_names)))
+        columns = f"{COLUMNS}, {EXPONENTIAL_COLUMNS}" if exponential else COLUMNS
         sql = (
-            f"SELECT {COLUMNS} FROM metrics WHERE metric_name IN ({names}) "
+            f"SELECT {columns} FROM metrics WHERE metric_name IN ({names}) "
             f"AND {_time_filter(start_ms, end_ms)}"
         )
         return await self._run(sql)

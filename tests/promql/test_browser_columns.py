@@ -3,8 +3,8 @@ are the same as the label sets of every series, built one by one, would give.
 
 Random series with the awkward cases: attribute keys that sanitise to one label
 (joined with ";"), empty values, attributes named ``le``, ``quantile``, ``job``,
-promoted resource attributes, histograms, summaries, exponential histograms
-(which have no label sets) and resources with target_info attributes.
+promoted resource attributes, histograms, summaries, exponential histograms and
+resources with target_info attributes.
 """
 
 from __future__ import annotations
