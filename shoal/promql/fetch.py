@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -195,13 +196,6 @@ def select_metrics(catalog: Iterable[MetricInfo], matchers: Sequence[LabelMatche
 # -- rows -> series -----------------------------------------------------------------
 
 
-def _map_at(column: pa.ChunkedArray, i: int) -> dict[str, str]:
-    raw = column[i].as_py()
-    if not raw:
-        return {}
-    return {str(k): str(v) for k, v in raw}
-
-
 class _Collector:
     def __init__(self) -> None:
         self.parts: dict[
@@ -222,16 +216,19 @@ class _Collector:
     def series(self) -> list[Series]:
         out = []
         for labels, ts, vs, ss in self.parts.values():
+            if len(ts) == 1:  # the usual case: one OTLP series under this label set
+                s = ss[0]
+                out.append(Series(labels, ts[0], vs[0], s if s.any() else None))
+                continue
             t = np.concatenate(ts).astype(np.int64)
             v = np.concatenate(vs).astype(np.float64)
             s = np.concatenate(ss).astype(bool)
-            if len(ts) > 1:
-                order = np.argsort(t, kind="stable")
-                t, v, s = t[order], v[order], s[order]
-                # same timestamp twice (two OTLP series mapped onto one): the last wins
-                keep = np.ones(len(t), dtype=bool)
-                keep[:-1] = t[1:] != t[:-1]
-                t, v, s = t[keep], v[keep], s[keep]
+            order = np.argsort(t, kind="stable")
+            t, v, s = t[order], v[order], s[order]
+            # same timestamp twice (two OTLP series mapped onto one): the last wins
+            keep = np.ones(len(t), dtype=bool)
+            keep[:-1] = t[1:] != t[:-1]
+            t, v, s = t[keep], v[keep], s[keep]
             out.append(Series(labels, t, v, s if s.any() else None))
         return out
 
@@ -285,6 +282,7 @@ def to_series(
     if n == 0:
         return []
     index = _series_index(labels)
+    per_series = SeriesRows(labels)
     names = table.column("metric_name").combine_chunks().dictionary_encode()
     dictionary = [str(x) for x in names.dictionary.to_pylist()]
     name_code = np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -308,12 +306,12 @@ def to_series(
         if row is None:  # written between the two reads: seen by the next query
             continue
         rows = order[a:b]
-        info = _info_at(labels, row)
-        attributes = _map_at(labels.column("attributes"), row)
-        resource = _map_at(labels.column("resource_attributes"), row)
+        info = per_series.info(row)
+        attributes = per_series.attributes(row)
+        resource = per_series.resource(row)
         t = tns[a:b] // 1_000_000
         stale = (flags[a:b] & STALE_FLAG) != 0
-        base = info.base
+        base = per_series.base(info)
         emit = _Emitter(out, wanted_set, attributes, resource, t, stale, promote)
         cumulative = info.metric_type == "summary" or (
             info.temporality == 2
@@ -528,26 +526,63 @@ def _summary(table: pa.Table, floats: _Floats, rows: np.ndarray, base: str, emit
         emit(base, values, {"quantile": mapping.format_float(q)}, keep)
 
 
-def _info_at(table: pa.Table, i: int) -> MetricInfo:
-    return MetricInfo(
-        str(table.column("metric_name")[i].as_py()),
-        str(table.column("metric_type")[i].as_py()),
-        str(table.column("metric_unit")[i].as_py() or ""),
-        table.column("is_monotonic")[i].as_py(),
-        table.column("aggregation_temporality")[i].as_py(),
-        "",
-        "verbatim" in table.column_names and bool(table.column("verbatim")[i].as_py()),
-    )
+class SeriesRows:
+    """The series rows of :meth:`QuerySource.series`, converted to Python once per call
+    (indexing Arrow columns one value at a time costs more than the conversion)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        def column(name: str) -> list[Any]:
+            return table.column(name).to_pylist() if name in table.column_names else []
+
+        self.names = column("metric_name")
+        self.types = column("metric_type")
+        self.units = column("metric_unit")
+        self.monotonic = column("is_monotonic")
+        self.temporality = column("aggregation_temporality")
+        self.verbatim = column("verbatim") or [False] * table.num_rows
+        self._attributes = column("attributes")
+        self._resource = column("resource_attributes")
+        self._infos: dict[tuple[Any, ...], MetricInfo] = {}
+        self._bases: dict[MetricInfo, str] = {}
+
+    def info(self, i: int) -> MetricInfo:
+        fields = (
+            str(self.names[i]),
+            str(self.types[i]),
+            str(self.units[i] or ""),
+            self.monotonic[i],
+            self.temporality[i],
+            "",
+            bool(self.verbatim[i]),
+        )
+        found = self._infos.get(fields)
+        if found is None:
+            found = self._infos[fields] = MetricInfo(*fields)
+        return found
+
+    def base(self, info: MetricInfo) -> str:
+        """``info.base``, worked out once per metric."""
+        found = self._bases.get(info)
+        if found is None:
+            found = self._bases[info] = info.base
+        return found
+
+    def attributes(self, i: int) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self._attributes[i] or ()}
+
+    def resource(self, i: int) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self._resource[i] or ()}
 
 
 def series_label_sets(table: pa.Table, promote: tuple[str, ...] = ()) -> list[Labels]:
     """Every Prometheus label set of the series rows of :meth:`QuerySource.series`."""
     seen: dict[LabelKey, Labels] = {}
+    per_series = SeriesRows(table)
     for i in range(table.num_rows):
-        info = _info_at(table, i)
-        attributes = _map_at(table.column("attributes"), i)
-        resource = _map_at(table.column("resource_attributes"), i)
-        base = info.base
+        info = per_series.info(i)
+        attributes = per_series.attributes(i)
+        resource = per_series.resource(i)
+        base = per_series.base(info)
         extras: list[tuple[str, dict[str, str]]] = []
         if info.metric_type == "histogram":
             bounds = table.column("explicit_bounds")[i].as_py() or []
