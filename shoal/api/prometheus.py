@@ -191,7 +191,6 @@ async def _series(principal: Principal, source: QuerySource, params: Params) -> 
         raise PromQLError("no match[] parameter provided")
     start_ms, end_ms = _range(params)
     found = await meta.series(source, meta.selectors(texts, start_ms, end_ms), start_ms, end_ms)
-    found.sort(key=lambda labels: sorted(labels.items()))
     limit = _limit(params)
     return found[:limit] if limit else found
 

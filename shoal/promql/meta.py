@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from shoal.errors import PromQLError
 from shoal.promql import fetch, mapping, tree
+from shoal.promql.fetch import LabelMatcher
 from shoal.promql.model import NAME, Labels, key
 from shoal.promql.output import seconds
 from shoal.promql.source import SampleSource
@@ -52,25 +53,33 @@ async def _every_series(
 async def series(
     source: SampleSource, matches: Sequence[Selector], start_ms: int, end_ms: int
 ) -> list[Labels]:
-    """The label sets of the series matching any of ``matches`` (all series when empty)."""
-    found: dict[Any, Labels] = {}
+    """The label sets of the series matching any of ``matches`` (all series when empty),
+    in label order, as Prometheus lists them."""
     if not matches:
         table, resources = await _every_series(source, start_ms, end_ms)
-        return source.memo(
-            "label sets",
-            table,
-            lambda: (
-                fetch.series_label_sets(table, source.promote) + fetch.target_label_sets(resources)
-            ),
-            per_series=True,
+        return list(
+            source.memo(
+                "sorted label sets",
+                table,
+                lambda: _sorted(
+                    fetch.series_label_sets(table, source.promote)
+                    + fetch.target_label_sets(resources)
+                ),
+                per_series=True,
+            )
         )
+    parts: list[list[Labels]] = []
     catalog = await source.catalog(start_ms, end_ms)
     for sel in matches:
         if all(m.matches(mapping.TARGET_INFO) for m in sel.matchers if m.name == NAME):
             resources, _ = await source.targets(start_ms, end_ms, times=False)
-            for labels in fetch.target_label_sets(resources):
-                if fetch.matches_all(labels, sel.matchers):
-                    found.setdefault(key(labels), labels)
+            parts.append(
+                [
+                    labels
+                    for labels in fetch.target_label_sets(resources)
+                    if fetch.matches_all(labels, sel.matchers)
+                ]
+            )
         names = fetch.select_metrics(catalog, sel.matchers)
         if not names:
             continue
@@ -81,10 +90,31 @@ async def series(
             functools.partial(fetch.series_label_sets, table, source.promote),
             per_series=True,
         )
-        for labels in label_sets:
-            if fetch.matches_all(labels, sel.matchers):
-                found.setdefault(key(labels), labels)
-    return list(found.values())
+        matchers = tuple(sel.matchers)
+        parts.append(
+            source.memo(
+                ("matching label sets", tuple(sorted(names)), matchers),
+                table,
+                functools.partial(_matching, label_sets, matchers),
+                per_series=True,
+            )
+        )
+    parts = [part for part in parts if part]
+    if len(parts) == 1:  # the usual call: one selector, its answer already in order
+        return list(parts[0])
+    found: dict[Any, Labels] = {}
+    for part in parts:
+        for labels in part:
+            found.setdefault(key(labels), labels)
+    return _sorted(list(found.values()))
+
+
+def _sorted(label_sets: list[Labels]) -> list[Labels]:
+    return sorted(label_sets, key=key)
+
+
+def _matching(label_sets: list[Labels], matchers: Sequence[LabelMatcher]) -> list[Labels]:
+    return _sorted([labels for labels in label_sets if fetch.matches_all(labels, matchers)])
 
 
 async def label_names(
