@@ -1,6 +1,7 @@
-"""Functions over range vectors (``rate``, ``*_over_time``, ...), column-wise per series.
+"""Functions over range vectors (``rate``, ``*_over_time``, ...), column-wise.
 
-For each series the window of every step is a pair of indices found with
+Series are laid end to end, a few hundred per call (:class:`Flat`), and the
+window of every series at every step is a pair of indices found with one
 ``searchsorted``; counts, firsts, lasts and counter corrections come from those
 indices and prefix sums, and the remaining reductions from ``ufunc.reduceat``
 over the gathered windows. Windows are closed at both ends (``[t - range, t]``),
@@ -9,6 +10,7 @@ as in the Prometheus 2.x releases the project is compared against.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -16,7 +18,24 @@ import numpy as np
 from shoal.errors import PromQLError
 from shoal.promql.model import F64, HIST, I64, Mask, Matrix, Series, Vec, merge_rows, without_name
 
-RangeFn = Callable[[Series, I64, I64, I64, int, I64, list[float]], tuple[F64, Mask]]
+
+@dataclasses.dataclass
+class Flat:
+    """Several series of a range vector laid end to end: times, values, where each
+    series starts (``first``) and which samples belong to a native histogram's
+    component (``hist``). A window is an index range into these arrays; it never
+    crosses from one series into the next."""
+
+    t: I64
+    v: F64
+    first: Mask
+    hist: Mask
+
+
+RangeFn = Callable[[Flat, I64, I64, I64, int, I64, list[float]], tuple[F64, Mask]]
+WINDOWS_PER_CALL = 20_000
+"""Windows computed by one call of a function: enough to spread numpy's cost per call
+over many series, few enough that the temporaries stay in the CPU's caches."""
 
 
 def _windows(t: I64, eff: I64, range_ms: int) -> tuple[I64, I64]:
@@ -38,7 +57,7 @@ def _gather(lo: I64, hi: I64) -> tuple[I64, I64, Mask]:
 
 def _extrapolated(counter: bool, rate: bool) -> RangeFn:
     def fn(
-        s: Series, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
+        s: Flat, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
     ) -> tuple[F64, Mask]:
         t, v = s.t, s.v
         ok = (hi - lo) >= 2
@@ -51,7 +70,7 @@ def _extrapolated(counter: bool, rate: bool) -> RangeFn:
         if counter:
             prev = np.concatenate([[0.0], v[:-1]])
             drops = np.where(v < prev, prev, 0.0)
-            drops[0] = 0.0
+            drops[s.first] = 0.0  # no drop across the start of a series
             pref = np.concatenate([[0.0], np.cumsum(drops)])
             result = result + (pref[b + 1] - pref[a + 1])
         range_start = (eff[ok] - range_ms).astype(np.float64)
@@ -60,10 +79,11 @@ def _extrapolated(counter: bool, rate: bool) -> RangeFn:
         to_end = (range_end - t[b]) / 1000.0
         sampled = (t[b] - t[a]) / 1000.0
         avg_gap = sampled / (hi[ok] - lo[ok] - 1)
-        if counter and HIST not in s.labels:  # Prometheus: floats only, not histograms
+        if counter:
             with np.errstate(divide="ignore", invalid="ignore"):
                 to_zero = sampled * (first / result)
-            use = (result > 0) & (first >= 0) & (to_zero < to_start)
+            # Prometheus: for floats only, not for histograms
+            use = (result > 0) & (first >= 0) & (to_zero < to_start) & ~s.hist[a]
             to_start = np.where(use, to_zero, to_start)
         threshold = avg_gap * 1.1
         interval = sampled.copy()
@@ -81,7 +101,7 @@ def _extrapolated(counter: bool, rate: bool) -> RangeFn:
 
 def _instant(rate: bool) -> RangeFn:
     def fn(
-        s: Series, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
+        s: Flat, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
     ) -> tuple[F64, Mask]:
         ok = (hi - lo) >= 2
         out = np.full(len(lo), np.nan)
@@ -103,7 +123,7 @@ def _instant(rate: bool) -> RangeFn:
 
 def _steps_count(kind: str) -> RangeFn:
     def fn(
-        s: Series, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
+        s: Flat, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
     ) -> tuple[F64, Mask]:
         v = s.v
         if kind == "changes":
@@ -121,7 +141,7 @@ def _steps_count(kind: str) -> RangeFn:
 
 def _over_time(kind: str) -> RangeFn:
     def fn(
-        s: Series, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
+        s: Flat, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
     ) -> tuple[F64, Mask]:
         out = np.full(len(lo), np.nan)
         flat, starts, ok = _gather(lo, hi)
@@ -202,7 +222,7 @@ def _quantile(q: float, values: F64) -> float:
 
 def _regression(predict: bool) -> RangeFn:
     def fn(
-        s: Series, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
+        s: Flat, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
     ) -> tuple[F64, Mask]:
         out = np.full(len(lo), np.nan)
         ok0 = (hi - lo) >= 2
@@ -233,7 +253,7 @@ def _regression(predict: bool) -> RangeFn:
 
 
 def _holt_winters(
-    s: Series, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
+    s: Flat, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
 ) -> tuple[F64, Mask]:
     """Double exponential smoothing of each window: the level after its last sample.
 
@@ -277,26 +297,63 @@ KEEPS_NAME = frozenset({"last_over_time"})
 
 
 def apply(name: str, matrix: Matrix, ts: I64, args: list[float]) -> Vec:
-    """``name`` over ``matrix`` at the evaluation times ``ts``."""
+    """``name`` over ``matrix`` at the evaluation times ``ts``, many series per call."""
     fn = RANGE_FUNCTIONS[name]
     eff = (np.full(len(ts), matrix.at_ms) if matrix.at_ms is not None else ts) - matrix.offset_ms
     eff = eff.astype(np.int64)
-    labels, values, present = [], [], []
-    for series in matrix.series:
-        live = series.live()
-        lo, hi = _windows(live.t, eff, matrix.range_ms)
-        if not (hi > lo).any():
-            continue
-        # predict_linear predicts from the evaluation time, even under ``@``
-        out, ok = fn(live, lo, hi, eff, matrix.range_ms, ts.astype(np.int64), args)
-        if not ok.any():
-            continue
-        labels.append(dict(live.labels) if name in KEEPS_NAME else without_name(live.labels))
-        values.append(out)
-        present.append(ok)
-    if not labels:
+    lives = [s for s in (series.live() for series in matrix.series) if len(s.t)]
+    if not lives:
         return Vec.empty(len(ts))
-    return merge_rows(labels, np.vstack(values), np.vstack(present))
+    steps = len(ts)
+    per_call = max(1, WINDOWS_PER_CALL // steps)
+    # predict_linear predicts from the evaluation time, even under ``@``
+    pred_ts = ts.astype(np.int64)
+    outs, oks = [], []
+    for c in range(0, len(lives), per_call):
+        part = lives[c : c + per_call]
+        flat, lo, hi = _flat_windows(part, eff, matrix.range_ms)
+        n = len(part)
+        out, ok = fn(
+            flat,
+            lo.ravel(),
+            hi.ravel(),
+            np.tile(eff, n),
+            matrix.range_ms,
+            np.tile(pred_ts, n),
+            args,
+        )
+        outs.append(out.reshape(n, steps))
+        oks.append(ok.reshape(n, steps))
+    values, present = np.vstack(outs), np.vstack(oks)
+    rows = np.flatnonzero(present.any(axis=1))
+    if not len(rows):
+        return Vec.empty(steps)
+    keep = name in KEEPS_NAME
+    labels = [dict(lives[i].labels) if keep else without_name(lives[i].labels) for i in rows]
+    return merge_rows(labels, values[rows], present[rows])
+
+
+def _flat_windows(lives: list[Series], eff: I64, range_ms: int) -> tuple[Flat, I64, I64]:
+    """``lives`` end to end, and each one's window at every step as indices.
+
+    One ``searchsorted`` finds every window: a sample's key is its series' number
+    times a span longer than any series, plus its time from the earliest sample.
+    """
+    lengths = np.array([len(s.t) for s in lives], dtype=np.int64)
+    t = np.concatenate([s.t for s in lives]).astype(np.int64)
+    v = np.concatenate([s.v for s in lives]).astype(np.float64)
+    first = np.zeros(len(t), dtype=bool)
+    first[np.cumsum(lengths) - lengths] = True
+    hist = np.repeat(np.array([HIST in s.labels for s in lives]), lengths)
+    base = int(t.min())
+    span = int(t.max()) - base + 2
+    keys = np.repeat(np.arange(len(lives), dtype=np.int64) * span, lengths) + (t - base)
+    row = (np.arange(len(lives), dtype=np.int64) * span)[:, None]
+    low = np.clip(eff - range_ms - base, 0, span - 1)[None, :]
+    high = np.clip(eff - base, -1, span - 2)[None, :]
+    lo = np.searchsorted(keys, row + low, side="left").astype(np.int64)
+    hi = np.searchsorted(keys, row + high, side="right").astype(np.int64)
+    return Flat(t, v, first, hist), lo, hi
 
 
 def window_samples(matrix: Matrix, t_ms: int) -> list[Series]:
