@@ -83,22 +83,29 @@ async def load(
     hi = max(n[2] for n in needs)
     catalog = await source.catalog(lo, hi)
     loop = asyncio.get_running_loop()
+    reads: dict[tuple[tuple[str, ...], int, int], asyncio.Future[list[Series]]] = {}
+
+    async def read(names: tuple[str, ...], a: int, b: int) -> list[Series]:
+        chosen = [info for info in catalog if info.otlp_name in names]
+        wanted = sorted({n for info in chosen for n in info.names})
+        types = {info.metric_type for info in chosen}
+        table, labels = await asyncio.gather(
+            source.rows(names, a, b, types), source.series(names, a, b)
+        )
+        return await loop.run_in_executor(
+            None, fetch.to_series, table, labels, wanted, source.promote
+        )
 
     async def one(sel: Selector, a: int, b: int) -> list[Series]:
         found: list[Series] = []
         if all(m.matches(mapping.TARGET_INFO) for m in sel.matchers if m.name == NAME):
             found = fetch.target_series(await source.targets(a, b))
-        names = fetch.select_metrics(catalog, sel.matchers)
+        names = tuple(sorted(fetch.select_metrics(catalog, sel.matchers)))
         if names:
-            chosen = [info for info in catalog if info.otlp_name in names]
-            wanted = sorted({n for info in chosen for n in info.names})
-            exponential = any(info.metric_type == "exponential_histogram" for info in chosen)
-            table, labels = await asyncio.gather(
-                source.rows(names, a, b, exponential), source.series(names, a, b)
-            )
-            found += await loop.run_in_executor(
-                None, fetch.to_series, table, labels, wanted, source.promote
-            )
+            # selectors of the same metrics over the same range share one read
+            if (names, a, b) not in reads:
+                reads[names, a, b] = asyncio.ensure_future(read(names, a, b))
+            found += await reads[names, a, b]
         return [s for s in found if fetch.matches_all(s.labels, sel.matchers)]
 
     results = await asyncio.gather(*(one(sel, a, b) for sel, a, b in needs))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -25,16 +25,36 @@ from shoal.promql.fetch import MetricInfo, target_keys
 from shoal.promwrite import SCOPE
 from shoal.query.service import QueryService
 
-COLUMNS = (
-    "metric_name, series_id, time_unix_nano, start_time_unix_nano, flags, value, count, sum, "
-    "bucket_counts, explicit_bounds, quantile_values"
-)
-"""The sample columns; attribute maps are read once per series (:meth:`QuerySource.series`)."""
-EXPONENTIAL_COLUMNS = (
-    "exp_scale, exp_zero_count, exp_zero_threshold, exp_positive_offset, "
-    "exp_positive_bucket_counts, exp_negative_offset, exp_negative_bucket_counts"
-)
-"""Read too when an exponential histogram is among the metrics."""
+SAMPLE_KEYS = ("metric_name", "series_id", "time_unix_nano", "start_time_unix_nano", "flags")
+COLUMNS_BY_TYPE = {
+    "gauge": ("value",),
+    "sum": ("value",),
+    "histogram": ("count", "sum", "bucket_counts", "explicit_bounds"),
+    "summary": ("count", "sum", "quantile_values"),
+    "exponential_histogram": (
+        "count",
+        "sum",
+        "exp_scale",
+        "exp_zero_count",
+        "exp_zero_threshold",
+        "exp_positive_offset",
+        "exp_positive_bucket_counts",
+        "exp_negative_offset",
+        "exp_negative_bucket_counts",
+    ),
+}
+"""The sample columns each metric type needs; attribute maps are read once per series
+(:meth:`QuerySource.series`), and a gauge's read skips the histogram lists."""
+
+
+def sample_columns(types: Iterable[str]) -> list[str]:
+    """The columns to read for metrics of these types (every sample column if unknown)."""
+    wanted = set(types) & set(COLUMNS_BY_TYPE) or set(COLUMNS_BY_TYPE)
+    extra = {c for t in wanted for c in COLUMNS_BY_TYPE[t]}
+    every = [c for cols in COLUMNS_BY_TYPE.values() for c in cols]
+    return [*SAMPLE_KEYS, *sorted(extra, key=every.index)]
+
+
 SERIES_COLUMNS = (
     "metric_name, metric_type, metric_unit, is_monotonic, aggregation_temporality, series_id, "
     "attributes, resource_attributes, explicit_bounds, quantile_values"
@@ -57,7 +77,7 @@ class SampleSource(Protocol):
     async def catalog(self, start_ms: int, end_ms: int) -> list[MetricInfo]: ...
 
     async def rows(
-        self, otlp_names: Sequence[str], start_ms: int, end_ms: int, exponential: bool = False
+        self, otlp_names: Sequence[str], start_ms: int, end_ms: int, types: Iterable[str] = ()
     ) -> pa.Table: ...
 
     async def series(
@@ -217,10 +237,10 @@ class QuerySource:
         return self.memo("catalog", found, lambda: _catalog(found))
 
     async def rows(
-        self, otlp_names: Sequence[str], start_ms: int, end_ms: int, exponential: bool = False
+        self, otlp_names: Sequence[str], start_ms: int, end_ms: int, types: Iterable[str] = ()
     ) -> pa.Table:
         names = ", ".join(_quote(n) for n in sorted(set(otlp_names)))
-        columns = f"{COLUMNS}, {EXPONENTIAL_COLUMNS}" if exponential else COLUMNS
+        columns = ", ".join(sample_columns(types))
         sql = (
             f"SELECT {columns} FROM metrics WHERE metric_name IN ({names}) "
             f"AND {_time_filter(start_ms, end_ms)}"
