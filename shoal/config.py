@@ -295,6 +295,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Most samples one PromQL query reads; beyond it the query fails with a message.",
     ),
     Setting(
+        "promql_cache_bytes",
+        128 * MiB,
+        _parse_size,
+        "Memory for the metric rows PromQL has decoded from Parquet files, kept for the "
+        "next query over the same files (a dashboard's refresh); 0 keeps none.",
+    ),
+    Setting(
         "promql_promote_resource_attributes",
         "",
         str,
@@ -391,6 +398,7 @@ class Config:
     query_max_join_pairs: int
     query_max_tenant_share: int
     promql_max_samples: int
+    promql_cache_bytes: int
     promql_promote_resource_attributes: str
     retention_days: int
     vacuum_retention_hours: float

@@ -267,6 +267,46 @@ def _series_index(labels: pa.Table) -> dict[tuple[str, int], int]:
     return {(str(n), int(i)): row for row, (n, i) in enumerate(zip(names, sids, strict=True))}
 
 
+def _name_codes(column: pa.ChunkedArray) -> tuple[list[str], np.ndarray]:
+    """The distinct names of ``column`` and each row's position among them."""
+    chunks = column.chunks
+    if (
+        pa.types.is_dictionary(column.type)
+        and chunks
+        and all(c.dictionary.equals(chunks[0].dictionary) for c in chunks)
+    ):
+        dictionary = chunks[0].dictionary
+        codes = np.concatenate(
+            [np.asarray(c.indices.to_numpy(zero_copy_only=False), dtype=np.int64) for c in chunks]
+        )
+    else:
+        if pa.types.is_dictionary(column.type):
+            column = column.cast(pa.string())
+        encoded = column.combine_chunks().dictionary_encode()
+        dictionary = encoded.dictionary
+        codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return [str(x) for x in dictionary.to_pylist()], codes
+
+
+def _series_order(code: np.ndarray, sid: np.ndarray, tns: np.ndarray, names: bool) -> np.ndarray:
+    """Row order by (name, series id, time), stable.
+
+    Rows come as runs already in that order (each file's rows, the snapshot's), which
+    a stable sort by series id (and by name when there are several) keeps and exploits;
+    the times are then checked, and only rows that came in another order (two files
+    with points of one series over the same time) pay for a full sort."""
+    order = np.argsort(sid, kind="stable")
+    if names:
+        order = order[np.argsort(code[order], kind="stable")]
+    c, s, t = code[order], sid[order], tns[order]
+    backwards = (c[1:] == c[:-1]) & (s[1:] == s[:-1]) & (t[1:] < t[:-1])
+    if not backwards.any():
+        return order
+    keys = pa.table({"c": code, "s": sid, "t": tns})
+    full = pc.sort_indices(keys, [("c", "ascending"), ("s", "ascending"), ("t", "ascending")])
+    return np.asarray(full.to_numpy(), dtype=np.int64)
+
+
 def to_series(
     table: pa.Table,
     labels: pa.Table,
@@ -283,12 +323,10 @@ def to_series(
         return []
     index = _series_index(labels)
     per_series = SeriesRows(labels)
-    names = table.column("metric_name").combine_chunks().dictionary_encode()
-    dictionary = [str(x) for x in names.dictionary.to_pylist()]
-    name_code = np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    dictionary, name_code = _name_codes(table.column("metric_name"))
     sid = np.asarray(table.column("series_id").to_numpy(), dtype=np.int64)
     tns = np.asarray(table.column("time_unix_nano").to_numpy(), dtype=np.int64)
-    order = np.lexsort((tns, sid, name_code))
+    order = _series_order(name_code, sid, tns, len(dictionary) > 1)
     name_code, sid, tns = name_code[order], sid[order], tns[order]
     change = np.ones(n, dtype=bool)
     change[1:] = (name_code[1:] != name_code[:-1]) | (sid[1:] != sid[:-1])
@@ -298,7 +336,7 @@ def to_series(
     start_ns = np.asarray(table.column("start_time_unix_nano").to_numpy(), dtype=np.int64)[order]
     wanted_set = set(wanted) if wanted is not None else None
     out = _Collector()
-    lists: tuple[FlatLists, FlatLists] | None = None
+    buckets: _Buckets | None = None
     exp: _Exponential | None = None
     floats = _Floats(table)
     for a, b in zip(starts, ends, strict=True):
@@ -329,12 +367,9 @@ def to_series(
                 v = np.cumsum(np.where(stale | np.isnan(v), 0.0, v))
             emit(base, v)
         elif info.metric_type == "histogram":
-            if lists is None:
-                lists = (
-                    FlatLists(table.column("explicit_bounds")),
-                    FlatLists(table.column("bucket_counts")),
-                )
-            _histogram(floats, rows, base, emit, info.temporality == 1, lists)
+            if buckets is None:
+                buckets = _Buckets(table)
+            _histogram(floats, rows, base, emit, info.temporality == 1, buckets)
         elif info.metric_type == "summary":
             _summary(table, floats, rows, base, emit)
         elif info.metric_type == "exponential_histogram":
@@ -425,13 +460,63 @@ def _layouts(
     return [(k, np.asarray(v)) for k, v in groups.items()]
 
 
+class _Buckets:
+    """The bucket lists of a table's histogram rows, and, when every row with buckets has
+    the same bounds (the usual case), each row's cumulative counts, computed at once."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.bounds = FlatLists(table.column("explicit_bounds"))
+        self.counts = FlatLists(table.column("bucket_counts"))
+        self.layout: tuple[float, ...] | None = None
+        self.cumulative = np.zeros((0, 0))
+        valid = np.flatnonzero(self.counts.lengths > 0)
+        if not len(valid):
+            return
+        width = int(self.counts.lengths[valid[0]])
+        if (self.counts.lengths[valid] != width).any() or (
+            self.bounds.lengths[valid] != width - 1
+        ).any():
+            return
+        bounds, counts = self.bounds.values, self.counts.values
+        if len(bounds) == len(valid) * (width - 1) and len(counts) == len(valid) * width:
+            # only these rows have lists: their values lie end to end, a row after a row
+            bounds = bounds.reshape(len(valid), width - 1)
+            counts = counts.reshape(len(valid), width)
+        else:
+            bounds = self.bounds.matrix(valid, width - 1)
+            counts = self.counts.matrix(valid, width)
+        if not (bounds == bounds[0]).all():
+            return
+        self.layout = tuple(bounds[0].tolist())
+        self.cumulative = np.full((table.num_rows, width), np.nan)
+        running = np.array(counts, dtype=np.float64)  # a column at a time: 3-4x numpy's
+        for j in range(1, width):  # cumsum along rows of a few buckets each
+            running[:, j] += running[:, j - 1]
+        self.cumulative[valid] = running
+
+    def layouts(self, rows: np.ndarray) -> list[tuple[tuple[float, ...], np.ndarray, np.ndarray]]:
+        """Each bucket layout among ``rows``: its bounds, which of ``rows`` have it (their
+        positions), and their cumulative counts (a row per position, a column per bucket)."""
+        if self.layout is not None:
+            have = self.counts.lengths[rows] > 0
+            if have.all():
+                return [(self.layout, np.arange(len(rows)), self.cumulative[rows])]
+            sel = np.flatnonzero(have)
+            return [(self.layout, sel, self.cumulative[rows[sel]])] if len(sel) else []
+        out = []
+        for layout, sel in _layouts(self.bounds, self.counts, rows):
+            cum = np.cumsum(self.counts.matrix(rows[sel], len(layout) + 1), axis=1)
+            out.append((layout, sel, cum))
+        return out
+
+
 def _histogram(
     floats: _Floats,
     rows: np.ndarray,
     base: str,
     emit: _Emitter,
     delta: bool,
-    lists: tuple[FlatLists, FlatLists],
+    buckets: _Buckets,
 ) -> None:
     count = floats("count", rows)
     total = floats("sum", rows)
@@ -440,18 +525,22 @@ def _histogram(
         total = np.cumsum(np.nan_to_num(total))
     emit(f"{base}_count", count)
     emit(f"{base}_sum", total)
-    bounds, counts = lists
-    for layout, sel in _layouts(bounds, counts, rows):
-        cum = np.cumsum(counts.matrix(rows[sel], len(layout) + 1), axis=1)
+    for layout, sel, cum in buckets.layouts(rows):
         if delta:
             cum = np.cumsum(cum, axis=0)
-        keep = np.zeros(len(rows), dtype=bool)
-        keep[sel] = True
+        whole = len(sel) == len(rows)
+        keep = None
+        if not whole:
+            keep = np.zeros(len(rows), dtype=bool)
+            keep[sel] = True
         les = [mapping.format_float(b) for b in layout] + ["+Inf"]
         for j, le in enumerate(les):
-            full = np.full(len(rows), np.nan)
-            full[sel] = cum[:, j]
-            emit(f"{base}_bucket", full, {"le": le}, keep)
+            if whole:
+                values = np.ascontiguousarray(cum[:, j])
+            else:
+                values = np.full(len(rows), np.nan)
+                values[sel] = cum[:, j]
+            emit(f"{base}_bucket", values, {"le": le}, keep)
 
 
 class _Exponential:

@@ -239,13 +239,23 @@ class QuerySource:
     async def rows(
         self, otlp_names: Sequence[str], start_ms: int, end_ms: int, types: Iterable[str] = ()
     ) -> pa.Table:
-        names = ", ".join(_quote(n) for n in sorted(set(otlp_names)))
-        columns = ", ".join(sample_columns(types))
-        sql = (
-            f"SELECT {columns} FROM metrics WHERE metric_name IN ({names}) "
-            f"AND {_time_filter(start_ms, end_ms)}"
+        start_ms = min(max(start_ms, _FIRST_MS), _LAST_MS)
+        end_ms = min(max(end_ms, _FIRST_MS), _LAST_MS)
+        table = await self.service.metric_rows(
+            self.tenant,
+            sorted(set(otlp_names)),
+            sample_columns(types),
+            start_ms * 1_000_000,
+            (end_ms + 1) * 1_000_000,
         )
-        return await self._run(sql)
+        cap = self.service.limits.max_samples
+        if table.num_rows > cap:
+            raise PromQLError(
+                f"the query reads more than {cap} samples or series (promql_max_samples); "
+                "narrow the selector or the time range",
+                error_type="execution",
+            )
+        return table
 
     async def series(
         self, otlp_names: Sequence[str] | None, start_ms: int, end_ms: int

@@ -48,6 +48,10 @@ class Limits:
     """Most queries one tenant may run at once; 0 means ``max_concurrency - 1`` (at least 1),
     so a tenant whose queries are stuck leaves a slot to the others."""
 
+    sample_cache_bytes: int = 128 * 1024 * 1024
+    """Memory for decoded metric rows kept between PromQL reads (``promql_cache_bytes``),
+    one cache for the process."""
+
     memory_limit_bytes: int = 0
     """The process's memory budget; 0 means its cgroup's limit (see admission)."""
 

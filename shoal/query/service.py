@@ -28,7 +28,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -36,7 +36,7 @@ from datafusion import RecordBatchStream
 
 from shoal.config import Config
 from shoal.errors import QueryError, QueryLimitError
-from shoal.query import admission, engine, limits, sqltext, work
+from shoal.query import admission, engine, limits, samples, sqltext, work
 from shoal.query.coalesce import BatchCoalescer
 from shoal.query.limits import Limits
 from shoal.query.series import series_in_range
@@ -60,6 +60,7 @@ def limits_from_config(config: Config) -> Limits:
         max_tenant_share=int(config.query_max_tenant_share),
         memory_limit_bytes=int(config.memory_limit_bytes),
         max_samples=int(config.promql_max_samples),
+        sample_cache_bytes=int(config.promql_cache_bytes),
     )
 
 
@@ -229,6 +230,7 @@ class QueryService:
         # link directories of an evicted view outlive every query that may still read them
         self.cache = engine.ParquetViewCache(linger_s=2 * self.limits.timeout_s + 60)
         self.coalescer = BatchCoalescer()
+        self.slices = samples.FileSlices(self.limits.sample_cache_bytes)
         self.sessions = engine.SessionPool(
             self.limits.memory_bytes, max_idle=4 * self.limits.max_concurrency
         )
@@ -413,6 +415,52 @@ class QueryService:
         return await asyncio.get_running_loop().run_in_executor(
             None, series_in_range, self.catalog, self.snapshot, tenant, table, start_ns, end_ns
         )
+
+    async def metric_rows(
+        self,
+        tenant: str,
+        names: Sequence[str],
+        columns: Sequence[str],
+        start_ns: int,
+        end_ns: int,
+    ) -> pa.Table:
+        """The rows of metrics ``names`` in ``[start_ns, end_ns)`` of the tenant's
+        ``metrics`` table (:mod:`shoal.query.samples`): no SQL; the rows decoded from each
+        file are kept for the next read. Stops reading past ``promql_max_samples`` rows.
+        Refused like a query when memory is short."""
+        self.gate.check()
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self._metric_rows, tenant, names, columns, start_ns, end_ns
+        )
+
+    def _metric_rows(
+        self,
+        tenant: str,
+        names: Sequence[str],
+        columns: Sequence[str],
+        start_ns: int,
+        end_ns: int,
+        retries: int = 2,
+    ) -> pa.Table:
+        view = collect_view(self.catalog, self.snapshot, tenant, sql="metrics")
+        try:
+            return samples.read_metrics(
+                view.tables["metrics"],
+                tenant,
+                names,
+                columns,
+                start_ns,
+                end_ns,
+                self.slices,
+                self.coalescer,
+                self.limits.max_samples,
+            )
+        except FileNotFoundError:
+            # a file of the view was vacuumed (compaction replaced it): a new view lists
+            # the file that replaced it
+            if not retries:
+                raise
+            return self._metric_rows(tenant, names, columns, start_ns, end_ns, retries - 1)
 
     def run_sync(self, tenant: str, sql: str, as_of: AsOf | None = None) -> pa.Table:
         """:meth:`run` from synchronous code (no running event loop)."""

@@ -12,6 +12,7 @@ The memory budget is what the settings allow the process to hold at once:
   + SNAPSHOT_LIMIT_FLUSHES x flush_max_bytes        (unflushed rows before ingest is refused)
   + queue_max_bytes                                 (decoded requests waiting for the WAL)
   + max_body_bytes x (INGEST_THREADS + 1)           (bodies being decoded)
+  + promql_cache_bytes                              (metric rows kept for PromQL)
 
 It must fit in the memory the process is given: the ``memory_limit_bytes``
 setting, else the cgroup's limit (systemd's ``MemoryMax=``), else nothing is
@@ -55,10 +56,18 @@ class MemoryBudget:
     snapshot: int
     queue: int
     bodies: int
+    promql_cache: int = 0
 
     @property
     def total(self) -> int:
-        return self.baseline + self.queries + self.snapshot + self.queue + self.bodies
+        return (
+            self.baseline
+            + self.queries
+            + self.snapshot
+            + self.queue
+            + self.bodies
+            + self.promql_cache
+        )
 
     def describe(self) -> str:
         return (
@@ -66,7 +75,8 @@ class MemoryBudget:
             f"(query_memory_bytes x query_max_concurrency) + snapshot {_mib(self.snapshot)} "
             f"({SNAPSHOT_LIMIT_FLUSHES} x flush_max_bytes) + queue {_mib(self.queue)} "
             f"(queue_max_bytes) + bodies {_mib(self.bodies)} "
-            f"(max_body_bytes x {INGEST_THREADS + 1})"
+            f"(max_body_bytes x {INGEST_THREADS + 1}) + PromQL cache "
+            f"{_mib(self.promql_cache)} (promql_cache_bytes)"
         )
 
 
@@ -82,6 +92,7 @@ def memory_budget(config: Config) -> MemoryBudget:
         snapshot=SNAPSHOT_LIMIT_FLUSHES * int(config.flush_max_bytes),
         queue=int(config.queue_max_bytes),
         bodies=int(config.max_body_bytes) * (INGEST_THREADS + 1),
+        promql_cache=int(config.promql_cache_bytes),
     )
 
 

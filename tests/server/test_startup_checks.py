@@ -87,6 +87,7 @@ def test_memory_budget_that_fits_starts(start_server: ServerFactory) -> None:
         "SHOAL_MEMORY_LIMIT_BYTES": "1GiB",
         "SHOAL_QUERY_MAX_CONCURRENCY": "1",
         "SHOAL_FLUSH_MAX_BYTES": "32MiB",
+        "SHOAL_PROMQL_CACHE_BYTES": "32MiB",
     }
     server = start_server(env=env)
     assert server.proc is not None and server.proc.poll() is None
@@ -100,11 +101,13 @@ def test_budget_adds_up_each_setting() -> None:
         flush_max_bytes=10 * MiB,
         queue_max_bytes=7 * MiB,
         max_body_bytes=5 * MiB,
+        promql_cache_bytes=11 * MiB,
     )
     budget = preflight.memory_budget(cfg)
     assert budget.queries == 300 * MiB
     assert budget.snapshot == preflight.SNAPSHOT_LIMIT_FLUSHES * 10 * MiB
-    assert budget.total == preflight.BASELINE_RSS_BYTES + (300 + 30 + 7 + 10) * MiB
+    assert budget.promql_cache == 11 * MiB
+    assert budget.total == preflight.BASELINE_RSS_BYTES + (300 + 30 + 7 + 10 + 11) * MiB
     with pytest.raises(StartupError, match="cgroup memory limit"):
         preflight.check_memory(cfg, cgroup_limit=budget.total - 1)
     assert preflight.check_memory(cfg, cgroup_limit=budget.total) == budget

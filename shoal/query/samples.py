@@ -1,0 +1,187 @@
+"""A few metrics' rows over a time range, read from a tenant's view without SQL.
+
+PromQL reads whole metrics over a time range, and a dashboard reads the same ones
+again at every refresh. Going through SQL costs a plan, a pruning pass and a Parquet
+scan each time, 15-25 ms before the first row for even a small metric
+(docs/benchmarks.md). A committed Parquet file never changes, so the rows one metric
+has in one file are decoded once and kept in :class:`FileSlices`, bounded in bytes;
+the snapshot's rows (combined into runs by the :class:`BatchCoalescer`) are filtered
+at each read.
+
+:func:`read_metrics` returns exactly the rows that
+``SELECT <columns> FROM metrics WHERE metric_name IN (<names>) AND time_unix_nano >=
+start AND time_unix_nano < end`` returns over the same view: every row once, from a
+file or from the snapshot (:func:`~shoal.query.tables.collect_view`). ``metric_name``
+comes back dictionary-encoded; each file's slice keeps the file's row order (by
+series, then time, as the flusher and compaction write it).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shoal.query.coalesce import BatchCoalescer
+from shoal.query.tables import TableInput
+from shoal.storage.types import ScanFile
+
+NAME = "metric_name"
+TIME = "time_unix_nano"
+
+_Key = tuple[str, str, tuple[str, ...]]
+
+
+class FileSlices:
+    """Each (file, metric, columns)'s rows, least recently used first out, at most
+    ``max_bytes`` of Arrow buffers in all. Thread-safe; 0 bytes keeps nothing."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._entries: collections.OrderedDict[_Key, pa.Table] = collections.OrderedDict()
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: _Key) -> pa.Table | None:
+        with self._lock:
+            table = self._entries.get(key)
+            if table is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._entries.move_to_end(key)
+            return table
+
+    def put(self, key: _Key, table: pa.Table) -> None:
+        size = table.nbytes
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.bytes -= old.nbytes
+            self._entries[key] = table
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                self.bytes -= self._entries.popitem(last=False)[1].nbytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _row_groups(meta: pq.FileMetaData, column: int, names: Sequence[str]) -> list[int]:
+    """The row groups whose ``metric_name`` statistics may hold one of ``names``."""
+    out = []
+    for i in range(meta.num_row_groups):
+        stats = meta.row_group(i).column(column).statistics
+        if stats is None or not stats.has_min_max:
+            out.append(i)
+        elif any(stats.min <= n <= stats.max for n in names):
+            out.append(i)
+    return out
+
+
+def _decode(path: str, names: Sequence[str], columns: tuple[str, ...]) -> dict[str, pa.Table]:
+    """The rows of each of ``names`` in the Parquet file ``path`` (its row order kept)."""
+    parquet = pq.ParquetFile(path)
+    column = parquet.schema_arrow.get_field_index(NAME)
+    groups = _row_groups(parquet.metadata, column, names)
+    if not groups:
+        table = parquet.schema_arrow.empty_table().select([NAME, *columns])
+    else:
+        table = parquet.read_row_groups(groups, columns=[NAME, *columns], use_threads=False)
+    found = table.column(NAME)
+    return {
+        n: table.filter(pc.equal(found, n)).drop_columns([NAME]).combine_chunks() for n in names
+    }
+
+
+def _overlaps(f: ScanFile, start_ns: int, end_ns: int) -> bool:
+    # the statistics are of ``timestamp``: microseconds, the floor of the nanoseconds
+    return f.min_time_us * 1000 < end_ns and (f.max_time_us + 1) * 1000 > start_ns
+
+
+def _inside(f: ScanFile, start_ns: int, end_ns: int) -> bool:
+    return f.min_time_us * 1000 >= start_ns and (f.max_time_us + 1) * 1000 <= end_ns
+
+
+def _cut(table: pa.Table, start_ns: int, end_ns: int) -> pa.Table:
+    t = table.column(TIME)
+    return table.filter(pc.and_(pc.greater_equal(t, start_ns), pc.less(t, end_ns)))
+
+
+def read_metrics(
+    table: TableInput,
+    tenant: str,
+    names: Sequence[str],
+    columns: Sequence[str],
+    start_ns: int,
+    end_ns: int,
+    slices: FileSlices,
+    coalescer: BatchCoalescer,
+    max_rows: int | None = None,
+) -> pa.Table:
+    """The rows of metrics ``names`` in ``[start_ns, end_ns)`` of one view of ``metrics``;
+    with ``max_rows``, reading stops once more rows than that are found (the answer then
+    has more than ``max_rows`` rows, not all of them).
+
+    A file that vanished since the view was collected (a vacuum after compaction)
+    raises FileNotFoundError: collect the view again and retry.
+    """
+    wanted = sorted(set(names))
+    cols = tuple(c for c in columns if c != NAME)
+    if TIME not in cols:
+        cols = (*cols, TIME)
+    dictionary = pa.array(wanted, pa.string())
+    parts: list[tuple[int, pa.Table]] = []  # (code of the metric name, its rows)
+
+    def full() -> bool:
+        return max_rows is not None and sum(rows.num_rows for _, rows in parts) > max_rows
+
+    files = sorted(
+        (f for f in table.files if _overlaps(f, start_ns, end_ns)),
+        key=lambda f: (f.min_time_us, f.path),
+    )
+    for f in files:
+        if full():
+            break
+        found = {n: slices.get((f.path, n, cols)) for n in wanted}
+        missing = [n for n, t in found.items() if t is None]
+        if missing:
+            decoded = _decode(f.path, missing, cols)
+            for n, rows in decoded.items():
+                slices.put((f.path, n, cols), rows)
+                found[n] = rows
+        inside = _inside(f, start_ns, end_ns)
+        for code, n in enumerate(wanted):
+            rows = found[n]
+            assert rows is not None
+            if rows.num_rows:
+                parts.append((code, rows if inside else _cut(rows, start_ns, end_ns)))
+
+    if table.batches and not full():
+        for batch in coalescer.coalesce(tenant, table.name, table.lsns, table.batches):
+            batch_names = batch.column(NAME)
+            for code, n in enumerate(wanted):
+                picked = batch.filter(pc.equal(batch_names, n))
+                if picked.num_rows:
+                    rows = pa.Table.from_batches([picked.select(list(cols))])
+                    parts.append((code, _cut(rows, start_ns, end_ns)))
+
+    schema = pa.schema([table.schema.field(c) for c in cols])
+    chunks = [(code, rows) for code, rows in parts if rows.num_rows]
+    same = [rows if rows.schema == schema else rows.cast(schema) for _, rows in chunks]
+    body = pa.concat_tables(same) if same else schema.empty_table()
+    codes = [
+        pa.DictionaryArray.from_arrays(np.full(rows.num_rows, code, dtype=np.int32), dictionary)
+        for code, rows in chunks
+    ]
+    kind = pa.dictionary(pa.int32(), pa.string())
+    return body.append_column(NAME, pa.chunked_array(codes, type=kind))

@@ -1,0 +1,155 @@
+"""PromQL's reads without SQL (shoal/query/samples.py): the same rows SQL returns, decoded once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shoal.query.service import QueryService
+
+from .helpers import BASE_US, HOUR_US, Harness, metric_rows
+from .test_compaction import _compact
+
+COLUMNS = ["series_id", "time_unix_nano", "start_time_unix_nano", "flags", "value"]
+NAMES = [f"m{i}" for i in range(5)]
+
+
+def _fill(harness: Harness) -> None:
+    """Four hours of 5 metrics: three flushes (one of them two hours in one file set, one
+    that adds late points to an hour already flushed) and rows left in the snapshot."""
+    harness.ingest("t", "metrics", metric_rows(3000, BASE_US, 2 * HOUR_US, seed=1))
+    harness.flush("t", "metrics")
+    harness.ingest("t", "metrics", metric_rows(1500, BASE_US + 2 * HOUR_US, HOUR_US, seed=2))
+    harness.ingest("t", "metrics", metric_rows(200, BASE_US + HOUR_US, HOUR_US, seed=3))
+    harness.flush("t", "metrics")
+    harness.ingest("t", "metrics", metric_rows(900, BASE_US + 3 * HOUR_US, HOUR_US, seed=4))
+    harness.ingest("t", "metrics", metric_rows(50, BASE_US + HOUR_US // 2, HOUR_US, seed=5))
+
+
+def _read(svc: QueryService, names: Sequence[str], start_ns: int, end_ns: int) -> pa.Table:
+    return asyncio.run(svc.metric_rows("t", names, COLUMNS, start_ns, end_ns))
+
+
+def _sql(svc: QueryService, names: Sequence[str], start_ns: int, end_ns: int) -> pa.Table:
+    listed = ", ".join(f"'{n}'" for n in names)
+    return svc.run_sync(
+        "t",
+        f"SELECT metric_name, {', '.join(COLUMNS)} FROM metrics WHERE metric_name IN ({listed}) "
+        f"AND time_unix_nano >= {start_ns} AND time_unix_nano < {end_ns}",
+    )
+
+
+def _rows(table: pa.Table) -> list[tuple[object, ...]]:
+    names = table.column("metric_name").cast(pa.string())
+    plain = table.set_column(table.schema.get_field_index("metric_name"), "metric_name", names)
+    return sorted(tuple(r.values()) for r in plain.select(["metric_name", *COLUMNS]).to_pylist())
+
+
+@pytest.fixture
+def filled(harness: Harness) -> Harness:
+    _fill(harness)
+    return harness
+
+
+def test_a_read_has_the_rows_sql_has(filled: Harness) -> None:
+    svc = filled.service()
+    files = filled.store.open("t", "metrics").snapshot().files
+    assert len(files) >= 4  # hourly files from three flushes, one hour twice
+    everything = (BASE_US * 1000, (BASE_US + 4 * HOUR_US) * 1000)
+    for names in (["m0"], ["m1", "m3"], NAMES, ["absent"]):
+        for start_ns, end_ns in (
+            everything,
+            # cut inside files, exactly on a file's first row, a nanosecond after it
+            ((BASE_US + HOUR_US // 3) * 1000, (BASE_US + 3 * HOUR_US + 17) * 1000),
+            (files[0].min_time_us * 1000, files[0].max_time_us * 1000),
+            (files[0].min_time_us * 1000 + 1, files[0].max_time_us * 1000 + 1),
+        ):
+            ours = _read(svc, names, start_ns, end_ns)
+            assert _rows(ours) == _rows(_sql(svc, names, start_ns, end_ns))
+    for f in files:  # ranges that end just after a file's first row, start at its last
+        for start_ns, end_ns in (
+            (everything[0], f.min_time_us * 1000 + 1),
+            (f.max_time_us * 1000, everything[1]),
+        ):
+            ours = _read(svc, NAMES, start_ns, end_ns)
+            assert _rows(ours) == _rows(_sql(svc, NAMES, start_ns, end_ns))
+    assert _read(svc, NAMES, *everything).num_rows == 3000 + 1500 + 200 + 900 + 50
+    svc.shutdown()
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    names=st.lists(st.sampled_from(NAMES), min_size=1, max_size=3, unique=True),
+    a=st.integers(-10, 4 * 3600 + 10),
+    width=st.integers(0, 4 * 3600),
+    nudge=st.integers(-1, 1),
+)
+def test_any_range_reads_what_sql_reads(
+    filled: Harness, names: list[str], a: int, width: int, nudge: int
+) -> None:
+    svc = filled.service()
+    start_ns = (BASE_US + a * 1_000_000) * 1000 + nudge
+    end_ns = start_ns + width * 1_000_000_000
+    assert _rows(_read(svc, names, start_ns, end_ns)) == _rows(_sql(svc, names, start_ns, end_ns))
+    svc.shutdown()
+
+
+def test_each_file_is_decoded_once(filled: Harness) -> None:
+    svc = filled.service()
+    span = (BASE_US * 1000, (BASE_US + 4 * HOUR_US) * 1000)
+    first = _read(svc, ["m2"], *span)
+    files = len(filled.store.open("t", "metrics").snapshot().files)
+    assert svc.slices.misses == files and len(svc.slices) == files
+    again = _read(svc, ["m2"], *span)
+    assert svc.slices.misses == files and svc.slices.hits == files
+    assert _rows(again) == _rows(first)
+    # a flush adds files: only they are decoded, and the rows are the same
+    filled.flush("t", "metrics")
+    after = _read(svc, ["m2"], *span)
+    added = len(filled.store.open("t", "metrics").snapshot().files) - files
+    assert added >= 1 and svc.slices.misses == files + added
+    assert _rows(after) == _rows(first)
+    svc.shutdown()
+
+
+def test_compaction_and_vacuum_between_reads(filled: Harness) -> None:
+    svc = filled.service()
+    span = (BASE_US * 1000, (BASE_US + 4 * HOUR_US) * 1000)
+    before = _rows(_read(svc, NAMES, *span))
+    old = [f.path for f in filled.store.open("t", "metrics").snapshot().files]
+    _compact(filled, "t", "metrics")
+    filled.store.open("t", "metrics").vacuum(0.0)
+    assert not any(os.path.exists(p) for p in old)
+    assert _rows(_read(svc, NAMES, *span)) == before
+    svc.shutdown()
+
+
+def test_the_cache_stays_within_its_bytes(filled: Harness) -> None:
+    svc = filled.service(sample_cache_bytes=20_000)
+    span = (BASE_US * 1000, (BASE_US + 4 * HOUR_US) * 1000)
+    for _ in range(2):
+        for name in NAMES:
+            assert _rows(_read(svc, [name], *span)) == _rows(_sql(svc, [name], *span))
+            assert 0 < svc.slices.bytes <= 20_000
+    assert svc.slices.misses > len(svc.slices)  # evicted slices were decoded again
+    svc.shutdown()
+
+
+def test_reading_stops_past_the_sample_cap(filled: Harness) -> None:
+    svc = filled.service(max_samples=100)
+    span = (BASE_US * 1000, (BASE_US + 4 * HOUR_US) * 1000)
+    table = _read(svc, NAMES, *span)
+    assert 100 < table.num_rows < 5650
+    assert pc.all(pc.less(table.column("time_unix_nano"), span[1])).as_py()
+    svc.shutdown()
