@@ -19,8 +19,9 @@ series, then time, as the flusher and compaction write it).
 from __future__ import annotations
 
 import collections
+import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +35,8 @@ from shoal.storage.types import ScanFile
 NAME = "metric_name"
 TIME = "time_unix_nano"
 
-_Key = tuple[str, str, tuple[str, ...]]
+_Key = tuple[object, str, tuple[str, ...]]
+"""(a file's path, or a snapshot run's identity), a metric name, the columns."""
 
 
 class FileSlices:
@@ -103,6 +105,51 @@ def _decode(path: str, names: Sequence[str], columns: tuple[str, ...]) -> dict[s
     }
 
 
+def _kept(
+    slices: FileSlices,
+    where: object,
+    names: Sequence[str],
+    columns: tuple[str, ...],
+    decode: Callable[[list[str]], dict[str, pa.Table]],
+) -> list[pa.Table]:
+    """Each of ``names``' rows in one file or snapshot run (``where``): kept, or decoded
+    (all missing names at once) and kept."""
+    found = {n: slices.get((where, n, columns)) for n in names}
+    missing = [n for n, rows in found.items() if rows is None]
+    if missing:
+        for n, rows in decode(missing).items():
+            slices.put((where, n, columns), rows)
+            found[n] = rows
+    return [rows for rows in found.values() if rows is not None]
+
+
+def _pick(
+    batches: Sequence[pa.RecordBatch],
+    names: Sequence[str],
+    schema: pa.Schema,
+    ordered: bool = False,
+) -> dict[str, pa.Table]:
+    """The rows of each of ``names`` in ``batches``, in ``schema``'s columns; ``ordered``
+    sorts them by series and time as a file's rows are (the snapshot has them in arrival
+    order), worth it for rows that are kept."""
+    out: dict[str, list[pa.RecordBatch]] = {n: [] for n in names}
+    for batch in batches:
+        found = batch.column(NAME)
+        for n in names:
+            picked = batch.filter(pc.equal(found, n))
+            if picked.num_rows:
+                out[n].append(picked.select(schema.names))
+    tables = {}
+    for n, picked in out.items():
+        rows = pa.Table.from_batches(picked).combine_chunks() if picked else schema.empty_table()
+        if ordered and rows.num_rows > 1:
+            rows = rows.take(
+                pc.sort_indices(rows, [("series_id", "ascending"), (TIME, "ascending")])
+            )
+        tables[n] = rows
+    return tables
+
+
 def _overlaps(f: ScanFile, start_ns: int, end_ns: int) -> bool:
     # the statistics are of ``timestamp``: microseconds, the floor of the nanoseconds
     return f.min_time_us * 1000 < end_ns and (f.max_time_us + 1) * 1000 > start_ns
@@ -140,6 +187,7 @@ def read_metrics(
     if TIME not in cols:
         cols = (*cols, TIME)
     dictionary = pa.array(wanted, pa.string())
+    schema = pa.schema([table.schema.field(c) for c in cols])
     parts: list[tuple[int, pa.Table]] = []  # (code of the metric name, its rows)
 
     def full() -> bool:
@@ -152,30 +200,29 @@ def read_metrics(
     for f in files:
         if full():
             break
-        found = {n: slices.get((f.path, n, cols)) for n in wanted}
-        missing = [n for n, t in found.items() if t is None]
-        if missing:
-            decoded = _decode(f.path, missing, cols)
-            for n, rows in decoded.items():
-                slices.put((f.path, n, cols), rows)
-                found[n] = rows
+        found = _kept(
+            slices, f.path, wanted, cols, functools.partial(_decode, f.path, columns=cols)
+        )
         inside = _inside(f, start_ns, end_ns)
-        for code, n in enumerate(wanted):
-            rows = found[n]
-            assert rows is not None
+        for code, rows in enumerate(found):
             if rows.num_rows:
                 parts.append((code, rows if inside else _cut(rows, start_ns, end_ns)))
 
     if table.batches and not full():
-        for batch in coalescer.coalesce(tenant, table.name, table.lsns, table.batches):
-            batch_names = batch.column(NAME)
-            for code, n in enumerate(wanted):
-                picked = batch.filter(pc.equal(batch_names, n))
-                if picked.num_rows:
-                    rows = pa.Table.from_batches([picked.select(list(cols))])
+        runs, rest = coalescer.runs(tenant, table.name, table.lsns, table.batches)
+        for run in runs:
+            # a run's rows never change (its stamp names every LSN and row count in it)
+            key = ("snapshot", tenant, table.name, run.span, run.stamp)
+            pick = functools.partial(_pick, run.batches, schema=schema, ordered=True)
+            found = _kept(slices, key, wanted, cols, pick)
+            for code, rows in enumerate(found):
+                if rows.num_rows:
                     parts.append((code, _cut(rows, start_ns, end_ns)))
+        for code, n in enumerate(wanted):  # the newest batches, not yet in a complete run
+            rows = _pick(rest, [n], schema)[n]
+            if rows.num_rows:
+                parts.append((code, _cut(rows, start_ns, end_ns)))
 
-    schema = pa.schema([table.schema.field(c) for c in cols])
     chunks = [(code, rows) for code, rows in parts if rows.num_rows]
     same = [rows if rows.schema == schema else rows.cast(schema) for _, rows in chunks]
     body = pa.concat_tables(same) if same else schema.empty_table()

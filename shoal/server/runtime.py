@@ -346,6 +346,8 @@ class ServerRuntime:
         try:
             store, wal = await loop.run_in_executor(None, self.open_storage)
             self.query_service = QueryService(store, self.snapshot, self.config)
+            slices = self.query_service.slices
+            self.metrics.bind_promql_cache(lambda: (slices.bytes, slices.hits, slices.misses))
             app.state.query_service = self.query_service
             app.state.promql_promote = mapping.promoted(
                 self.config.promql_promote_resource_attributes

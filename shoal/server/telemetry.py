@@ -173,6 +173,20 @@ _FAMILIES: tuple[_Family, ...] = (
         "snapshot_bytes", Gauge, "shoal_snapshot_bytes", "Bytes in the in-memory snapshot.", ()
     ),
     _Family(
+        "promql_cache_bytes",
+        Gauge,
+        "shoal_promql_cache_bytes",
+        "Bytes of metric rows decoded from Parquet kept for PromQL (promql_cache_bytes).",
+        (),
+    ),
+    _Family(
+        "promql_cache_reads",
+        Gauge,
+        "shoal_promql_cache_reads",
+        "Reads of one metric's rows in one file since start, found kept (hit) or decoded (miss).",
+        ("result",),
+    ),
+    _Family(
         "snapshot_oldest_age",
         Gauge,
         "shoal_snapshot_oldest_age_seconds",
@@ -235,6 +249,8 @@ class ServerMetrics:
     snapshot_rows: Gauge
     snapshot_bytes: Gauge
     snapshot_oldest_age: Gauge
+    promql_cache_bytes: Gauge
+    promql_cache_reads: Gauge
     table_version: Gauge
     table_commits_total: Counter
     table_commit_retries_total: Counter
@@ -265,6 +281,12 @@ class ServerMetrics:
         self.snapshot_rows.set_function(lambda: float(rows()))
         self.snapshot_bytes.set_function(lambda: float(nbytes()))
         self.snapshot_oldest_age.set_function(age)
+
+    def bind_promql_cache(self, stats: Callable[[], tuple[int, int, int]]) -> None:
+        """``stats() -> (bytes, hits, misses)`` of the PromQL cache."""
+        self.promql_cache_bytes.set_function(lambda: float(stats()[0]))
+        self.promql_cache_reads.labels("hit").set_function(lambda: float(stats()[1]))
+        self.promql_cache_reads.labels("miss").set_function(lambda: float(stats()[2]))
 
     def bind_wal(self, stats: Callable[[], tuple[int, int]]) -> None:
         """``stats() -> (bytes, segments)`` of the WAL directory."""

@@ -153,3 +153,23 @@ def test_reading_stops_past_the_sample_cap(filled: Harness) -> None:
     assert 100 < table.num_rows < 5650
     assert pc.all(pc.less(table.column("time_unix_nano"), span[1])).as_py()
     svc.shutdown()
+
+
+def test_snapshot_runs_are_picked_once(harness: Harness) -> None:
+    """Complete runs of snapshot LSNs are immutable: their rows of a metric are kept too;
+    the newest batches, not yet in a complete run, are read each time."""
+    for i in range(40):  # LSNs 1-40: runs of 16 (1-15, 16-31), the rest as they are
+        harness.ingest(
+            "t", "metrics", metric_rows(30, BASE_US + i * 60_000_000, 60_000_000, seed=i)
+        )
+    svc = harness.service()
+    span = (BASE_US * 1000, (BASE_US + HOUR_US) * 1000)
+    first = _read(svc, ["m1", "m4"], *span)
+    assert _rows(first) == _rows(_sql(svc, ["m1", "m4"], *span))
+    kept, misses = len(svc.slices), svc.slices.misses
+    assert kept >= 2 and misses == kept  # two names in each complete run
+    assert _rows(_read(svc, ["m1", "m4"], *span)) == _rows(first)
+    assert svc.slices.misses == misses and svc.slices.hits == kept
+    harness.ingest("t", "metrics", metric_rows(30, BASE_US + HOUR_US // 2, 60_000_000, seed=99))
+    assert _rows(_read(svc, ["m1", "m4"], *span)) == _rows(_sql(svc, ["m1", "m4"], *span))
+    svc.shutdown()
