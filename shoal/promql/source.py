@@ -182,6 +182,15 @@ def fingerprint(series: pa.Table) -> tuple[int, int, int]:
         )
 
 
+def _check_cap(rows: int, cap: int, verb: str = "reads", what: str = "samples or series") -> None:
+    if rows > cap:
+        raise PromQLError(
+            f"the query {verb} more than {cap} {what} (promql_max_samples); "
+            "narrow the selector or the time range",
+            error_type="execution",
+        )
+
+
 class QuerySource:
     """Samples of one tenant, read through the query service."""
 
@@ -195,12 +204,7 @@ class QuerySource:
         prepared = await self.service.aprepare(self.tenant, sql)
         result = await self.service.execute(prepared, max_rows=cap)
         table = await result.to_table()
-        if result.truncated:
-            raise PromQLError(
-                f"the query reads more than {cap} samples or series (promql_max_samples); "
-                "narrow the selector or the time range",
-                error_type="execution",
-            )
+        _check_cap(cap + 1 if result.truncated else 0, cap)
         return table
 
     def memo(
@@ -221,13 +225,7 @@ class QuerySource:
         found = await self.service.series(
             self.tenant, "metrics", start_ms * 1_000_000, (end_ms + 1) * 1_000_000 - 1
         )
-        cap = self.service.limits.max_samples
-        if found.num_rows > cap:
-            raise PromQLError(
-                f"the query selects more than {cap} series (promql_max_samples); "
-                "narrow the selector or the time range",
-                error_type="execution",
-            )
+        _check_cap(found.num_rows, self.service.limits.max_samples, "selects", "series")
         verbatim = pc.equal(pc.fill_null(found.column("scope_name"), ""), SCOPE)
         return found.append_column("verbatim", verbatim)
 
@@ -248,13 +246,7 @@ class QuerySource:
             start_ms * 1_000_000,
             (end_ms + 1) * 1_000_000,
         )
-        cap = self.service.limits.max_samples
-        if table.num_rows > cap:
-            raise PromQLError(
-                f"the query reads more than {cap} samples or series (promql_max_samples); "
-                "narrow the selector or the time range",
-                error_type="execution",
-            )
+        _check_cap(table.num_rows, self.service.limits.max_samples)
         return table
 
     async def series(
