@@ -24,16 +24,20 @@ own ``ARROW_DEFAULT_MEMORY_POOL`` wins. DataFusion has its own allocator (see
 :mod:`shoal.query.allocator`).
 """
 
-MMAP_THRESHOLD = 512 * 1024
+MMAP_THRESHOLD = 4 * 1024 * 1024
 """Allocations at least this large get pages of their own from the kernel (glibc).
 
 glibc starts at 128 KiB but raises the threshold to the size of each mmapped block that
-is freed (up to 32 MiB); blocks of that size then come from the heap, where a
-long-lived neighbour keeps them resident once freed. With 1 MiB attribute values that
-left 150 MiB resident after a flush of 360 MiB; with the threshold fixed (a ``mallopt``
-call fixes it), 34 MiB. Fixed at 128 KiB, ingest lost about 10% of its throughput
-(every request body mapped and faulted in); at 512 KiB it measured the same as glibc's
-default within noise. An operator's own ``MALLOC_MMAP_THRESHOLD_`` wins.
+is freed (up to 32 MiB); blocks of that size then come from the heap, where a long-lived
+neighbour keeps them resident once freed. After 40 requests of unique 1 MiB attribute
+values (360 MiB through the server, then flushed), a threshold fixed at 32 MiB (where
+glibc's moving one ends up) left RSS 110 MiB above where it was, at 512 KiB 35 MiB, and
+at 4 MiB 53 MiB. Every allocation above the threshold is mapped and faulted in afresh,
+though: at 128 KiB ingest lost about 10% of its throughput, and at 512 KiB PromQL panels
+over a few hundred thousand samples (arrays of a few MB, allocated and freed many times
+per query) took 10-25% longer than at 4 MiB (docs/benchmarks.md). 4 MiB keeps most of
+the memory bound and those arrays on the heap. An operator's own
+``MALLOC_MMAP_THRESHOLD_`` wins.
 """
 
 
