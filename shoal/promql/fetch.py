@@ -236,29 +236,44 @@ class _Collector:
 class _Floats:
     """Numeric columns of one table as float64 arrays (null as NaN), converted once."""
 
-    def __init__(self, table: pa.Table) -> None:
+    def __init__(self, table: pa.Table, order: np.ndarray) -> None:
         self.table = table
+        self.order = order
         self.columns: dict[str, np.ndarray] = {}
+        self.ordered: dict[str, np.ndarray] = {}
 
-    def __call__(self, name: str, rows: np.ndarray) -> np.ndarray:
+    def _column(self, name: str) -> np.ndarray:
         values = self.columns.get(name)
         if values is None:
             column = pc.cast(self.table.column(name), pa.float64())
             values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
             self.columns[name] = values
-        return np.asarray(values[rows], dtype=np.float64)
+        return values
+
+    def __call__(self, name: str, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(self._column(name)[rows], dtype=np.float64)
+
+    def rows(self, name: str, a: int, b: int) -> np.ndarray:
+        """The column at positions ``a:b`` of the row order (a view of one array)."""
+        values = self.ordered.get(name)
+        if values is None:
+            values = self.ordered[name] = self._column(name)[self.order]
+        return values[a:b]
 
 
-def restarts(t_ms: np.ndarray, start_ns: np.ndarray) -> np.ndarray:
-    """Start times (ms) of restarts: a point whose start time changed and lies after the
-    previous point. A zero sample there makes ``rate`` and ``increase`` see the reset even
-    when the new count already exceeds the old one."""
+def restarts(t_ms: np.ndarray, start_ns: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Which points are restarts (rows in series order; ``first`` marks each series' first
+    row): a point whose start time changed and lies after the previous point. A zero
+    sample at its start time makes ``rate`` and ``increase`` see the reset even when the
+    new count already exceeds the old one."""
+    found = np.zeros(len(t_ms), dtype=bool)
     if len(t_ms) < 2:
-        return np.zeros(0, dtype=np.int64)
+        return found
     start_ms = start_ns // 1_000_000
-    new = (start_ns[1:] != start_ns[:-1]) & (start_ns[1:] > 0)
+    new = (start_ns[1:] != start_ns[:-1]) & (start_ns[1:] > 0) & ~first[1:]
     new &= (start_ms[1:] > t_ms[:-1]) & (start_ms[1:] < t_ms[1:])
-    return np.asarray(start_ms[1:][new], dtype=np.int64)
+    found[1:] = new
+    return found
 
 
 def _series_index(labels: pa.Table) -> dict[tuple[str, int], int]:
@@ -334,11 +349,16 @@ def to_series(
     ends = np.append(starts[1:], n)
     flags = np.asarray(table.column("flags").to_numpy(), dtype=np.int64)[order]
     start_ns = np.asarray(table.column("start_time_unix_nano").to_numpy(), dtype=np.int64)[order]
+    # per series below: views into these, computed once for all rows
+    tms = tns // 1_000_000
+    stale_all = (flags & STALE_FLAG) != 0
+    restart = restarts(tms, start_ns, change)
+    start_ms = start_ns // 1_000_000
     wanted_set = set(wanted) if wanted is not None else None
     out = _Collector()
     buckets: _Buckets | None = None
     exp: _Exponential | None = None
-    floats = _Floats(table)
+    floats = _Floats(table, order)
     for a, b in zip(starts, ends, strict=True):
         row = index.get((dictionary[int(name_code[a])], int(sid[a])))
         if row is None:  # written between the two reads: seen by the next query
@@ -347,8 +367,8 @@ def to_series(
         info = per_series.info(row)
         attributes = per_series.attributes(row)
         resource = per_series.resource(row)
-        t = tns[a:b] // 1_000_000
-        stale = (flags[a:b] & STALE_FLAG) != 0
+        t = tms[a:b]
+        stale = stale_all[a:b]
         base = per_series.base(info)
         emit = _Emitter(out, wanted_set, attributes, resource, t, stale, promote)
         cumulative = info.metric_type == "summary" or (
@@ -358,10 +378,10 @@ def to_series(
                 or (info.metric_type == "sum" and info.monotonic)
             )
         )
-        if cumulative:
-            emit.zeros = restarts(t, start_ns[a:b])
+        if cumulative and restart[a:b].any():
+            emit.zeros = start_ms[a:b][restart[a:b]]
         if info.metric_type in ("gauge", "sum"):
-            v = floats("value", rows)
+            v = floats.rows("value", int(a), int(b))
             if info.metric_type == "sum" and info.temporality == 1:
                 # delta sums: the running total of the fetched points (docs/rationale.md)
                 v = np.cumsum(np.where(stale | np.isnan(v), 0.0, v))

@@ -182,6 +182,9 @@ def read_metrics(
     A file that vanished since the view was collected (a vacuum after compaction)
     raises FileNotFoundError: collect the view again and retry.
     """
+    # times a row can have: int64 nanoseconds (a range may reach further, years 1-9999)
+    start_ns = max(start_ns, -(2**63))
+    end_ns = min(end_ns, 2**63 - 1)
     wanted = sorted(set(names))
     cols = tuple(c for c in columns if c != NAME)
     if TIME not in cols:
