@@ -4,16 +4,18 @@ PromQL reads whole metrics over a time range, and a dashboard reads the same one
 again at every refresh. Going through SQL costs a plan, a pruning pass and a Parquet
 scan each time, 15-25 ms before the first row for even a small metric
 (docs/benchmarks.md). A committed Parquet file never changes, so the rows one metric
-has in one file are decoded once and kept in :class:`FileSlices`, bounded in bytes;
-the snapshot's rows (combined into runs by the :class:`BatchCoalescer`) are filtered
-at each read.
+has in one file are decoded once and kept in :class:`FileSlices`, bounded in bytes.
+Snapshot batches never change either (an LSN names them): a metric's rows are picked
+once per complete run of LSNs (the :class:`BatchCoalescer`'s combined runs) or, for the
+newest LSNs, per batch, sorted by series and time like a file's, and kept alike.
 
 :func:`read_metrics` returns exactly the rows that
 ``SELECT <columns> FROM metrics WHERE metric_name IN (<names>) AND time_unix_nano >=
 start AND time_unix_nano < end`` returns over the same view: every row once, from a
 file or from the snapshot (:func:`~shoal.query.tables.collect_view`). ``metric_name``
 comes back dictionary-encoded; each file's slice keeps the file's row order (by
-series, then time, as the flusher and compaction write it).
+series, then time, as the flusher and compaction write it), and so does each snapshot
+part.
 """
 
 from __future__ import annotations
@@ -212,19 +214,28 @@ def read_metrics(
                 parts.append((code, rows if inside else _cut(rows, start_ns, end_ns)))
 
     if table.batches and not full():
-        runs, rest = coalescer.runs(tenant, table.name, table.lsns, table.batches)
+        runs, _ = coalescer.runs(tenant, table.name, table.lsns, table.batches)
         for run in runs:
             # a run's rows never change (its stamp names every LSN and row count in it)
-            key = ("snapshot", tenant, table.name, run.span, run.stamp)
+            key: tuple[object, ...] = ("snapshot", tenant, table.name, run.span, run.stamp)
             pick = functools.partial(_pick, run.batches, schema=schema, ordered=True)
             found = _kept(slices, key, wanted, cols, pick)
             for code, rows in enumerate(found):
                 if rows.num_rows:
                     parts.append((code, _cut(rows, start_ns, end_ns)))
-        for code, n in enumerate(wanted):  # the newest batches, not yet in a complete run
-            rows = _pick(rest, [n], schema)[n]
-            if rows.num_rows:
-                parts.append((code, _cut(rows, start_ns, end_ns)))
+        # the newest batches, not yet in a complete run, one by one (an LSN's batches
+        # never change either)
+        in_runs = {lsn for run in runs for lsn, _ in run.stamp}
+        seen: dict[int, int] = {}
+        for lsn, batch in zip(table.lsns, table.batches, strict=True):
+            k = seen[lsn] = seen.get(lsn, -1) + 1
+            if lsn in in_runs or not batch.num_rows:
+                continue
+            key = ("batch", tenant, table.name, lsn, k, batch.num_rows)
+            pick = functools.partial(_pick, [batch], schema=schema, ordered=True)
+            for code, rows in enumerate(_kept(slices, key, wanted, cols, pick)):
+                if rows.num_rows:
+                    parts.append((code, _cut(rows, start_ns, end_ns)))
 
     chunks = [(code, rows) for code, rows in parts if rows.num_rows]
     same = [rows if rows.schema == schema else rows.cast(schema) for _, rows in chunks]
