@@ -82,19 +82,13 @@ async def load(
     lo = min(n[1] for n in needs)
     hi = max(n[2] for n in needs)
     catalog = await source.catalog(lo, hi)
-    loop = asyncio.get_running_loop()
     reads: dict[tuple[tuple[str, ...], int, int], asyncio.Future[list[Series]]] = {}
 
     async def read(names: tuple[str, ...], a: int, b: int) -> list[Series]:
         chosen = [info for info in catalog if info.otlp_name in names]
         wanted = sorted({n for info in chosen for n in info.names})
         types = {info.metric_type for info in chosen}
-        table, labels = await asyncio.gather(
-            source.rows(names, a, b, types), source.series(names, a, b)
-        )
-        return await loop.run_in_executor(
-            None, fetch.to_series, table, labels, wanted, source.promote
-        )
+        return await source.samples(names, a, b, types, wanted)
 
     async def one(sel: Selector, a: int, b: int) -> list[Series]:
         found: list[Series] = []

@@ -203,8 +203,9 @@ class _Collector:
         ]
         self.parts = {}
 
-    def add(self, labels: Labels, t: np.ndarray, v: np.ndarray, stale: np.ndarray) -> None:
-        k = key(labels)
+    def add(
+        self, labels: Labels, k: LabelKey, t: np.ndarray, v: np.ndarray, stale: np.ndarray
+    ) -> None:
         slot = self.parts.get(k)
         if slot is None:
             self.parts[k] = (labels, [t], [v], [stale])
@@ -327,17 +328,19 @@ def to_series(
     labels: pa.Table,
     wanted: Sequence[str] | None = None,
     promote: tuple[str, ...] = (),
+    known: SeriesRows | None = None,
 ) -> list[Series]:
     """Prometheus series of the fetched samples.
 
     ``labels`` holds one row per OTLP series (:meth:`QuerySource.series`) with its type
-    and attribute maps; ``wanted`` limits the exposed names.
+    and attribute maps; ``wanted`` limits the exposed names. ``known`` is ``labels`` as
+    :class:`SeriesRows`, when a caller keeps it between queries.
     """
     n = table.num_rows
     if n == 0:
         return []
-    index = _series_index(labels)
-    per_series = SeriesRows(labels)
+    per_series = known if known is not None else SeriesRows(labels, promote)
+    index = per_series.index
     dictionary, name_code = _name_codes(table.column("metric_name"))
     sid = np.asarray(table.column("series_id").to_numpy(), dtype=np.int64)
     tns = np.asarray(table.column("time_unix_nano").to_numpy(), dtype=np.int64)
@@ -365,12 +368,10 @@ def to_series(
             continue
         rows = order[a:b]
         info = per_series.info(row)
-        attributes = per_series.attributes(row)
-        resource = per_series.resource(row)
         t = tms[a:b]
         stale = stale_all[a:b]
         base = per_series.base(info)
-        emit = _Emitter(out, wanted_set, attributes, resource, t, stale, promote)
+        emit = _Emitter(out, wanted_set, per_series, row, t, stale)
         cumulative = info.metric_type == "summary" or (
             info.temporality == 2
             and (
@@ -405,11 +406,10 @@ class _Emitter:
 
     out: _Collector
     wanted: set[str] | None
-    attributes: dict[str, str]
-    resource: dict[str, str]
+    rows: SeriesRows
+    row: int
     t: np.ndarray
     stale: np.ndarray
-    promote: tuple[str, ...] = ()
     zeros: np.ndarray | None = None
     """Times of injected zero samples: a counter restarted (a new start time)."""
 
@@ -422,9 +422,7 @@ class _Emitter:
     ) -> None:
         if self.wanted is not None and name not in self.wanted:
             return
-        labels = mapping.series_labels(name, self.attributes, self.resource, self.promote)
-        if extra:
-            labels.update(extra)
+        labels, k = self.rows.labels(self.row, name, extra)
         t, stale = self.t, self.stale
         if keep is not None:
             t, values, stale = t[keep], values[keep], stale[keep]
@@ -434,7 +432,7 @@ class _Emitter:
             stale = np.concatenate([stale, np.zeros(len(self.zeros), dtype=bool)])
             order = np.argsort(t, kind="stable")
             t, values, stale = t[order], values[order], stale[order]
-        self.out.add(labels, t, values, stale)
+        self.out.add(labels, k, t, values, stale)
 
 
 class FlatLists:
@@ -639,7 +637,7 @@ class SeriesRows:
     """The series rows of :meth:`QuerySource.series`, converted to Python once per call
     (indexing Arrow columns one value at a time costs more than the conversion)."""
 
-    def __init__(self, table: pa.Table) -> None:
+    def __init__(self, table: pa.Table, promote: tuple[str, ...] = ()) -> None:
         def column(name: str) -> list[Any]:
             return table.column(name).to_pylist() if name in table.column_names else []
 
@@ -653,6 +651,9 @@ class SeriesRows:
         self._resource = column("resource_attributes")
         self._infos: dict[tuple[Any, ...], MetricInfo] = {}
         self._bases: dict[MetricInfo, str] = {}
+        self.promote = promote
+        self.index = _series_index(table) if "series_id" in table.column_names else {}
+        self._labels: dict[tuple[Any, ...], tuple[Labels, LabelKey]] = {}
 
     def info(self, i: int) -> MetricInfo:
         fields = (
@@ -681,6 +682,21 @@ class SeriesRows:
 
     def resource(self, i: int) -> dict[str, str]:
         return {str(k): str(v) for k, v in self._resource[i] or ()}
+
+    def labels(
+        self, i: int, name: str, extra: dict[str, str] | None = None
+    ) -> tuple[Labels, LabelKey]:
+        """Row ``i``'s labels under the exposed ``name`` (and ``extra`` labels), and their
+        key: worked out once, then shared (label sets are never changed in place), so a
+        dashboard's refresh over the same series index rows does none of it again."""
+        k = (i, name, tuple(extra.items()) if extra else ())
+        found = self._labels.get(k)
+        if found is None:
+            labels = mapping.series_labels(name, self.attributes(i), self.resource(i), self.promote)
+            if extra:
+                labels.update(extra)
+            found = self._labels[k] = (labels, key(labels))
+        return found
 
 
 def series_label_sets(table: pa.Table, promote: tuple[str, ...] = ()) -> list[Labels]:

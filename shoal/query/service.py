@@ -413,8 +413,12 @@ class QueryService:
         """One row per series of ``table`` seen in ``[start_ns, end_ns]``, from the
         series index (:mod:`shoal.query.series`): no SQL, no scan of the data."""
         return await asyncio.get_running_loop().run_in_executor(
-            None, series_in_range, self.catalog, self.snapshot, tenant, table, start_ns, end_ns
+            None, self.series_sync, tenant, table, start_ns, end_ns
         )
+
+    def series_sync(self, tenant: str, table: str, start_ns: int, end_ns: int) -> pa.Table:
+        """:meth:`series` in the calling thread (blocking, a few milliseconds)."""
+        return series_in_range(self.catalog, self.snapshot, tenant, table, start_ns, end_ns)
 
     async def metric_rows(
         self,
@@ -430,10 +434,10 @@ class QueryService:
         Refused like a query when memory is short."""
         self.gate.check()
         return await asyncio.get_running_loop().run_in_executor(
-            None, self._metric_rows, tenant, names, columns, start_ns, end_ns
+            None, self.metric_rows_sync, tenant, names, columns, start_ns, end_ns
         )
 
-    def _metric_rows(
+    def metric_rows_sync(
         self,
         tenant: str,
         names: Sequence[str],
@@ -460,7 +464,7 @@ class QueryService:
             # the file that replaced it
             if not retries:
                 raise
-            return self._metric_rows(tenant, names, columns, start_ns, end_ns, retries - 1)
+            return self.metric_rows_sync(tenant, names, columns, start_ns, end_ns, retries - 1)
 
     def run_sync(self, tenant: str, sql: str, as_of: AsOf | None = None) -> pa.Table:
         """:meth:`run` from synchronous code (no running event loop)."""
