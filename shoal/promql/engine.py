@@ -85,14 +85,11 @@ async def load(
     reads: dict[tuple[tuple[str, ...], int, int], asyncio.Future[list[Series]]] = {}
 
     async def read(names: tuple[str, ...], a: int, b: int) -> list[Series]:
-        chosen = [info for info in catalog if info.otlp_name in names]
-        wanted = sorted({n for info in chosen for n in info.names})
-        types = {info.metric_type for info in chosen}
-        return await source.samples(names, a, b, types, wanted)
+        return await source.samples(names, a, b, *_kinds(catalog, names))
 
     async def one(sel: Selector, a: int, b: int) -> list[Series]:
         found: list[Series] = []
-        if all(m.matches(mapping.TARGET_INFO) for m in sel.matchers if m.name == NAME):
+        if _may_read_target_info(sel):
             found = fetch.target_series(await source.targets(a, b))
         names = tuple(sorted(fetch.select_metrics(catalog, sel.matchers)))
         if names:
@@ -104,6 +101,40 @@ async def load(
 
     results = await asyncio.gather(*(one(sel, a, b) for sel, a, b in needs))
     return {id(sel): series for (sel, _, _), series in zip(needs, results, strict=True)}
+
+
+def _kinds(catalog: list[fetch.MetricInfo], names: tuple[str, ...]) -> tuple[set[str], list[str]]:
+    """The metric types among ``names`` and the Prometheus names they expose."""
+    chosen = [info for info in catalog if info.otlp_name in names]
+    return {info.metric_type for info in chosen}, sorted({n for i in chosen for n in i.names})
+
+
+def _may_read_target_info(sel: Selector) -> bool:
+    return all(m.matches(mapping.TARGET_INFO) for m in sel.matchers if m.name == NAME)
+
+
+def load_now(
+    source: SampleSource, root: Node, start_ms: int, end_ms: int
+) -> dict[int, list[Series]] | None:
+    """:func:`load` in the calling thread, one read after another; None when a selector
+    may read ``target_info`` (resources come through SQL, which is asynchronous)."""
+    needs = list(_needs(root, start_ms, end_ms))
+    if not needs:
+        return {}
+    if any(_may_read_target_info(sel) for sel, _, _ in needs):
+        return None
+    catalog = source.catalog_now(min(n[1] for n in needs), max(n[2] for n in needs))
+    reads: dict[tuple[tuple[str, ...], int, int], list[Series]] = {}
+    out: dict[int, list[Series]] = {}
+    for sel, a, b in needs:
+        names = tuple(sorted(fetch.select_metrics(catalog, sel.matchers)))
+        found: list[Series] = []
+        if names:
+            if (names, a, b) not in reads:
+                reads[names, a, b] = source.samples_now(names, a, b, *_kinds(catalog, names))
+            found = reads[names, a, b]
+        out[id(sel)] = [s for s in found if fetch.matches_all(s.labels, sel.matchers)]
+    return out
 
 
 class Evaluator:
@@ -265,10 +296,9 @@ async def evaluate(
         raise PromQLError(
             'invalid expression type "string" for range query, must be Scalar or instant Vector'
         )
-    data = await load(source, root, start_ms, end_ms)
     ts = steps(start_ms, end_ms, step_ms)
 
-    def run() -> Result:
+    def run(data: dict[int, list[Series]]) -> Result:
         value = Evaluator(data, start_ms, end_ms).eval(root, ts)
         if isinstance(value, Matrix):
             if not instant:
@@ -286,4 +316,14 @@ async def evaluate(
             return Result("vector" if instant else "matrix", ts, vec=value.compact())
         return Result("scalar" if instant else "matrix", ts, scalar=value)
 
-    return await asyncio.get_running_loop().run_in_executor(None, run)
+    def all_now() -> Result | None:
+        data = load_now(source, root, start_ms, end_ms)
+        return None if data is None else run(data)
+
+    # Reading and evaluating in one worker thread: each hand-off between the event loop
+    # and a worker cost about a millisecond, as much as a small panel's work.
+    loop = asyncio.get_running_loop()
+    result = await loop.run_in_executor(None, all_now)
+    if result is None:
+        result = await loop.run_in_executor(None, run, await load(source, root, start_ms, end_ms))
+    return result

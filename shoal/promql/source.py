@@ -78,6 +78,21 @@ class SampleSource(Protocol):
 
     async def catalog(self, start_ms: int, end_ms: int) -> list[MetricInfo]: ...
 
+    def catalog_now(self, start_ms: int, end_ms: int) -> list[MetricInfo]:
+        """:meth:`catalog` in the calling thread."""
+        ...
+
+    def samples_now(
+        self,
+        otlp_names: Sequence[str],
+        start_ms: int,
+        end_ms: int,
+        types: Iterable[str] = (),
+        wanted: Sequence[str] | None = None,
+    ) -> list[Series]:
+        """:meth:`samples` in the calling thread."""
+        ...
+
     async def samples(
         self,
         otlp_names: Sequence[str],
@@ -246,7 +261,12 @@ class QuerySource:
 
     async def catalog(self, start_ms: int, end_ms: int) -> list[MetricInfo]:
         """Each metric (name, type, unit, monotonicity, temporality, origin) in the range."""
-        found = await self._index(start_ms, end_ms)
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self.catalog_now, start_ms, end_ms
+        )
+
+    def catalog_now(self, start_ms: int, end_ms: int) -> list[MetricInfo]:
+        found = self._index_now(start_ms, end_ms)
         return self.memo("catalog", found, lambda: _catalog(found))
 
     async def samples(
@@ -259,19 +279,19 @@ class QuerySource:
     ) -> list[Series]:
         """Read, label and map in one trip to a worker thread: a small panel's time
         went as much into hand-offs between threads as into the work."""
-        self.service.gate.check()
         return await asyncio.get_running_loop().run_in_executor(
-            None, self._samples_now, otlp_names, start_ms, end_ms, tuple(types), wanted
+            None, self.samples_now, otlp_names, start_ms, end_ms, tuple(types), wanted
         )
 
-    def _samples_now(
+    def samples_now(
         self,
         otlp_names: Sequence[str],
         start_ms: int,
         end_ms: int,
-        types: Iterable[str],
-        wanted: Sequence[str] | None,
+        types: Iterable[str] = (),
+        wanted: Sequence[str] | None = None,
     ) -> list[Series]:
+        self.service.gate.check()
         a = min(max(start_ms, _FIRST_MS), _LAST_MS)
         b = min(max(end_ms, _FIRST_MS), _LAST_MS)
         table = self.service.metric_rows_sync(
