@@ -152,6 +152,8 @@ class SeriesIndex:
         self._lock = threading.Lock()
         self._table: pa.Table | None = None
         self._covered: set[str] = set()
+        self._files: Sequence[ScanFile] = ()
+        """The files of the last read, already added (the usual case: no flush since)."""
         self._lsn = 0
         self._unsaved = 0
 
@@ -180,6 +182,7 @@ class SeriesIndex:
 
     def _load(self) -> pa.Table:
         path = self.root / CHECKPOINT
+        self._files = ()
         try:
             table = pq.read_table(path)
             covered = json.loads((table.schema.metadata or {}).get(_COVERED, b"[]"))
@@ -193,6 +196,9 @@ class SeriesIndex:
         return self.schema.empty_table()
 
     def _add_files(self, table: pa.Table, files: Sequence[ScanFile]) -> pa.Table:
+        if files == self._files:
+            return table
+        self._files = tuple(files)
         current = {os.path.relpath(f.path, self.root): f for f in files}
         if self._covered - current.keys():
             # files left the table (compaction, retention): forget series older than any row left
