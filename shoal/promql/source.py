@@ -223,6 +223,8 @@ class QuerySource:
         self.service = service
         self.tenant = tenant
         self.promote = promote
+        self._found: dict[tuple[int, int], pa.Table] = {}
+        """Index rows by range, for this source's life (one API request)."""
 
     async def _run(self, sql: str) -> pa.Table:
         cap = self.service.limits.max_samples
@@ -244,15 +246,20 @@ class QuerySource:
         return answer
 
     def _index_now(self, start_ms: int, end_ms: int) -> pa.Table:
-        """The tenant's metric series seen in the range (the series index, no SQL)."""
+        """The tenant's metric series seen in the range (the series index, no SQL); one
+        request's calls over the same range see the same rows."""
         start_ms = min(max(start_ms, _FIRST_MS), _LAST_MS)
         end_ms = min(max(end_ms, _FIRST_MS), _LAST_MS)
+        known = self._found.get((start_ms, end_ms))
+        if known is not None:
+            return known
         found = self.service.series_sync(
             self.tenant, "metrics", start_ms * 1_000_000, (end_ms + 1) * 1_000_000 - 1
         )
         _check_cap(found.num_rows, self.service.limits.max_samples, "selects", "series")
         verbatim = pc.equal(pc.fill_null(found.column("scope_name"), ""), SCOPE)
-        return found.append_column("verbatim", verbatim)
+        found = self._found[start_ms, end_ms] = found.append_column("verbatim", verbatim)
+        return found
 
     async def _index(self, start_ms: int, end_ms: int) -> pa.Table:
         return await asyncio.get_running_loop().run_in_executor(
