@@ -85,7 +85,9 @@ async def load(
     reads: dict[tuple[tuple[str, ...], int, int], asyncio.Future[list[Series]]] = {}
 
     async def read(names: tuple[str, ...], a: int, b: int) -> list[Series]:
-        return await source.samples(names, a, b, *_kinds(catalog, names))
+        return await asyncio.get_running_loop().run_in_executor(
+            None, source.samples_now, names, a, b, *_kinds(catalog, names)
+        )
 
     async def one(sel: Selector, a: int, b: int) -> list[Series]:
         found: list[Series] = []

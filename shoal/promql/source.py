@@ -90,19 +90,9 @@ class SampleSource(Protocol):
         types: Iterable[str] = (),
         wanted: Sequence[str] | None = None,
     ) -> list[Series]:
-        """:meth:`samples` in the calling thread."""
-        ...
-
-    async def samples(
-        self,
-        otlp_names: Sequence[str],
-        start_ms: int,
-        end_ms: int,
-        types: Iterable[str] = (),
-        wanted: Sequence[str] | None = None,
-    ) -> list[Series]:
         """The Prometheus series (``wanted`` names only, if given) of the rows of metrics
-        ``otlp_names`` (of ``types``) in the range."""
+        ``otlp_names`` (of ``types``) in the range: read, labelled and mapped in the
+        calling thread."""
         ...
 
     async def series(
@@ -275,20 +265,6 @@ class QuerySource:
     def catalog_now(self, start_ms: int, end_ms: int) -> list[MetricInfo]:
         found = self._index_now(start_ms, end_ms)
         return self.memo("catalog", found, lambda: _catalog(found))
-
-    async def samples(
-        self,
-        otlp_names: Sequence[str],
-        start_ms: int,
-        end_ms: int,
-        types: Iterable[str] = (),
-        wanted: Sequence[str] | None = None,
-    ) -> list[Series]:
-        """Read, label and map in one trip to a worker thread: a small panel's time
-        went as much into hand-offs between threads as into the work."""
-        return await asyncio.get_running_loop().run_in_executor(
-            None, self.samples_now, otlp_names, start_ms, end_ms, tuple(types), wanted
-        )
 
     def samples_now(
         self,

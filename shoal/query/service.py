@@ -420,23 +420,6 @@ class QueryService:
         """:meth:`series` in the calling thread (blocking, a few milliseconds)."""
         return series_in_range(self.catalog, self.snapshot, tenant, table, start_ns, end_ns)
 
-    async def metric_rows(
-        self,
-        tenant: str,
-        names: Sequence[str],
-        columns: Sequence[str],
-        start_ns: int,
-        end_ns: int,
-    ) -> pa.Table:
-        """The rows of metrics ``names`` in ``[start_ns, end_ns)`` of the tenant's
-        ``metrics`` table (:mod:`shoal.query.samples`): no SQL; the rows decoded from each
-        file are kept for the next read. Stops reading past ``promql_max_samples`` rows.
-        Refused like a query when memory is short."""
-        self.gate.check()
-        return await asyncio.get_running_loop().run_in_executor(
-            None, self.metric_rows_sync, tenant, names, columns, start_ns, end_ns
-        )
-
     def metric_rows_sync(
         self,
         tenant: str,
@@ -446,6 +429,10 @@ class QueryService:
         end_ns: int,
         retries: int = 2,
     ) -> pa.Table:
+        """The rows of metrics ``names`` in ``[start_ns, end_ns)`` of the tenant's
+        ``metrics`` table (:mod:`shoal.query.samples`), in the calling thread: no SQL;
+        the rows decoded from each file are kept for the next read. Stops reading past
+        ``promql_max_samples`` rows."""
         view = collect_view(self.catalog, self.snapshot, tenant, sql="metrics")
         try:
             return samples.read_metrics(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Sequence
 
@@ -34,7 +33,7 @@ def _fill(harness: Harness) -> None:
 
 
 def _read(svc: QueryService, names: Sequence[str], start_ns: int, end_ns: int) -> pa.Table:
-    return asyncio.run(svc.metric_rows("t", names, COLUMNS, start_ns, end_ns))
+    return svc.metric_rows_sync("t", names, COLUMNS, start_ns, end_ns)
 
 
 def _sql(svc: QueryService, names: Sequence[str], start_ns: int, end_ns: int) -> pa.Table:
