@@ -9,7 +9,9 @@ expression is asked over the Prometheus HTTP API the way Prometheus' runner asks
 its engine: as an instant query at the given time, then as a range query from a
 minute before to a minute after it with a one-minute step, whose point at that
 time must give the same answer. Values compare with Prometheus' own tolerance
-(relative 1e-6, NaN equal to NaN); ``eval_ordered`` also compares the order.
+(relative 1e-6, NaN equal to NaN); ``eval_ordered`` also compares the order. As
+Prometheus' runner does, each eval is also asked with every selector pinned by ``@``
+to its time, at other times (``test_eval_with_at``).
 
 What shoal answers differently is listed in ``EXCEPTIONS`` with the reason
 (docs/rationale.md, "PromQL: the engine test files"); those tests are expected
@@ -31,8 +33,12 @@ import pytest
 from loadtest.ingest import ServerProcess
 from loadtest.remote_write import compress, encode
 from shoal.api.auth import TokenStore
+from shoal.errors import PromQLError
+from shoal.promql import tree
+from shoal.promql.tree import Aggregate, Binary, Call, Neg, Node, Selector, Subquery
 from tests.promql.conftest import REPO
 from tests.promql.promqltest import TESTDATA, Clear, Eval, Load, almost_equal, parse
+from tests.promql.render import render
 
 EXCEPTIONS: dict[str, str] = {}
 """``file:line`` of an eval that shoal answers differently, and why."""
@@ -155,18 +161,16 @@ def _compare(case: Eval, kind: str, found: list[tuple[dict[str, str], float]]) -
     assert not missing, f"expected series not found: {sorted(missing)}; got {found}"
 
 
-@pytest.mark.parametrize(("tenant", "case"), [_param(*case) for case in CASES])
-def test_eval(server: tuple[ServerProcess, dict[str, str]], tenant: str, case: Eval) -> None:
-    proc, tokens = server
-    at = case.at_ms / 1000
-    params = {"query": case.expr, "time": f"{at}"}
-    answer = _query(proc.url, tokens[tenant], "/api/v1/query", params)
+def _instant(proc: ServerProcess, token: str, case: Eval, expr: str, at: float) -> str:
+    """Ask ``expr`` as an instant query at ``at`` (seconds) and check the answer against
+    ``case``'s expectation; the result type."""
+    answer = _query(proc.url, token, "/api/v1/query", {"query": expr, "time": f"{at}"})
     if case.fail:
         assert answer["status"] == "error", f"expected an error, got {answer}"
-        return
+        return ""
     assert answer["status"] == "success", answer
     data = answer["data"]
-    kind = data["resultType"]
+    kind = str(data["resultType"])
     if kind == "scalar":
         found = [({}, _float(data["result"][1]))]
     elif kind == "vector":
@@ -174,6 +178,16 @@ def test_eval(server: tuple[ServerProcess, dict[str, str]], tenant: str, case: E
     else:
         pytest.fail(f"received a {kind} result on instant evaluation")
     _compare(case, kind, found)
+    return kind
+
+
+@pytest.mark.parametrize(("tenant", "case"), [_param(*case) for case in CASES])
+def test_eval(server: tuple[ServerProcess, dict[str, str]], tenant: str, case: Eval) -> None:
+    proc, tokens = server
+    at = case.at_ms / 1000
+    kind = _instant(proc, tokens[tenant], case, case.expr, at)
+    if case.fail:
+        return
 
     ranged = _query(
         proc.url,
@@ -193,3 +207,86 @@ def test_eval(server: tuple[ServerProcess, dict[str, str]], tenant: str, case: E
         assert points, "range mode: no point at the evaluation time"
         points = points[:1]
     _compare(case, kind, points)
+
+
+AT_UNSAFE = frozenset(
+    {
+        "days_in_month",
+        "day_of_month",
+        "day_of_week",
+        "day_of_year",
+        "hour",
+        "minute",
+        "month",
+        "year",
+        "predict_linear",
+        "time",
+        "timestamp",
+    }
+)
+"""Functions whose answer depends on the evaluation time even under ``@``: Prometheus'
+runner makes no ``@`` variants of an expression that calls one."""
+
+
+def _pin(node: Node, at_ms: int) -> bool:
+    """Prometheus' runner's rewrite: ``@ <evaluation time>`` on every selector and subquery
+    that has none, leaving what is inside a subquery as it is. False when ``node`` calls
+    a function of :data:`AT_UNSAFE`."""
+    if isinstance(node, Selector):
+        if node.at_ms is None:
+            node.at_ms = at_ms
+        return True
+    if isinstance(node, Subquery):  # what is inside is pinned by the subquery's @
+        if node.at_ms is None:
+            node.at_ms = at_ms
+        return True
+    if isinstance(node, Call):
+        return node.name not in AT_UNSAFE and all([_pin(a, at_ms) for a in node.args])
+    if isinstance(node, Aggregate):
+        return all([_pin(n, at_ms) for n in (node.expr, node.param) if n is not None])
+    if isinstance(node, Binary):
+        return all([_pin(node.lhs, at_ms), _pin(node.rhs, at_ms)])
+    if isinstance(node, Neg):
+        return _pin(node.expr, at_ms)
+    return True
+
+
+def _at_variant(case: Eval) -> tuple[str, list[int]] | None:
+    """The expression with every selector pinned to the evaluation time, and the other
+    times Prometheus' runner asks it at (the answer must not change); None if it makes
+    no variant of this case."""
+    try:
+        node = tree.parse(case.expr, case.at_ms, case.at_ms)
+    except PromQLError:
+        return None
+    if not _pin(node, case.at_ms):
+        return None
+    ts = case.at_ms
+    times = [-1000, 0, 1000] if ts == 0 else [-10 * ts, 0, ts // 5, ts, 10 * ts]
+    return render(node), times
+
+
+AT_CASES = [(f, t, c, v) for f, t, c in CASES if (v := _at_variant(c)) is not None]
+
+
+@pytest.mark.parametrize(
+    ("tenant", "case", "variant"),
+    [pytest.param(t, c, v, id=f"{f}:{c.line}@") for f, t, c, v in AT_CASES],
+)
+def test_eval_with_at(
+    server: tuple[ServerProcess, dict[str, str]],
+    tenant: str,
+    case: Eval,
+    variant: tuple[str, list[int]],
+) -> None:
+    """Prometheus' runner also asks each instant eval with ``@ <evaluation time>`` on every
+    selector, at other evaluation times (-10x, 0, 1/5x, 1x and 10x the time), and
+    expects the same answer."""
+    proc, tokens = server
+    expr, times = variant
+    for t in times:
+        _instant(proc, tokens[tenant], case, expr, t / 1000)
+
+
+def test_at_variants_cover_most_evals() -> None:
+    assert len(AT_CASES) >= len(CASES) // 2, (len(AT_CASES), len(CASES))
