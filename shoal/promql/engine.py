@@ -17,7 +17,7 @@ import numpy as np
 
 from shoal.errors import PromQLError
 from shoal.promql import aggregate, binary, fetch, functions, mapping, native, ranges, tree
-from shoal.promql.model import F64, I64, NAME, Matrix, Series, Vec, latest
+from shoal.promql.model import F64, I64, NAME, Matrix, Series, Vec, latest_values
 from shoal.promql.source import SampleSource
 from shoal.promql.tree import Aggregate, Binary, Call, Neg, Node, Num, Selector, Str, Subquery
 
@@ -190,14 +190,10 @@ class Evaluator:
 
     def instant(self, sel: Selector, ts: I64) -> Vec:
         eff = (np.full(len(ts), sel.at_ms) if sel.at_ms is not None else ts) - sel.offset_ms
-        labels, values, present = [], [], []
-        for s, idx, ok in latest(self.data.get(id(sel), []), eff, LOOKBACK_MS):
-            labels.append(s.labels)
-            values.append(s.v[idx])
-            present.append(ok)
-        if not labels:
+        found, values, present = latest_values(self.data.get(id(sel), []), eff, LOOKBACK_MS)
+        if not found:
             return Vec.empty(len(ts))
-        return Vec(labels, np.vstack(values), np.vstack(present))
+        return Vec([s.labels for s in found], values, present)
 
     def subquery(self, node: Subquery, ts: I64) -> Matrix:
         step = node.step_ms or DEFAULT_SUBQUERY_STEP_MS

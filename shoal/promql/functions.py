@@ -21,7 +21,7 @@ from shoal.promql.model import (
     Matrix,
     Vec,
     key,
-    latest,
+    latest_values,
     merge_rows,
 )
 from shoal.promql.tree import Call, Selector
@@ -423,11 +423,8 @@ def _timestamps(ev: Evaluator, sel: Selector, ts: I64) -> Vec:
     from shoal.promql.engine import LOOKBACK_MS
 
     eff = (np.full(len(ts), sel.at_ms) if sel.at_ms is not None else ts) - sel.offset_ms
-    labels, values, present = [], [], []
-    for s, idx, ok in latest(ev.data.get(id(sel), []), eff, LOOKBACK_MS):
-        labels.append({k: v for k, v in s.labels.items() if k != NAME})
-        values.append(s.t[idx] / 1000.0)
-        present.append(ok)
-    if not labels:
+    found, values, present = latest_values(ev.data.get(id(sel), []), eff, LOOKBACK_MS, True)
+    if not found:
         return Vec.empty(len(ts))
-    return merge_rows(labels, np.vstack(values), np.vstack(present))
+    labels = [{k: v for k, v in s.labels.items() if k != NAME} for s in found]
+    return merge_rows(labels, values, present)

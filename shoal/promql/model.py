@@ -123,6 +123,54 @@ def merge_rows(labels: Iterable[Labels], values: F64, present: Mask) -> Vec:
     return Vec(out_l, out_v, out_p)
 
 
+def latest_values(
+    series: Sequence[Series], eff: I64, lookback_ms: int, times: bool = False
+) -> tuple[list[Series], F64, Mask]:
+    """:func:`latest` for all ``series`` at once: the series with a sample at some
+    evaluation time, their latest values (``times``: those samples' times in seconds) as
+    a matrix (a row per series, a column per time) and whether each is present.
+
+    The series are laid end to end and one ``searchsorted`` finds every sample, a key
+    being the series' number times a span longer than any series plus the time from the
+    earliest sample; where those keys would not fit in 63 bits, one series at a time."""
+    lives = [s for s in series if len(s.t)]
+    if not lives:
+        return [], np.zeros((0, len(eff))), np.zeros((0, len(eff)), dtype=bool)
+    lengths = np.array([len(s.t) for s in lives], dtype=np.int64)
+    t = np.concatenate([s.t for s in lives]).astype(np.int64)
+    base = int(t.min())
+    span = int(t.max()) - base + 2
+    if span * len(lives) >= 2**62:
+        found = list(latest(lives, eff, lookback_ms))
+        rows = [s for s, _, _ in found]
+        if not rows:
+            return [], np.zeros((0, len(eff))), np.zeros((0, len(eff)), dtype=bool)
+        picked = [(s.t[i] / 1000.0) if times else s.v[i] for s, i, _ in found]
+        return rows, np.vstack(picked), np.vstack([ok for _, _, ok in found])
+    starts = np.cumsum(lengths) - lengths
+    keys = np.repeat(np.arange(len(lives), dtype=np.int64) * span, lengths) + (t - base)
+    row = (np.arange(len(lives), dtype=np.int64) * span)[:, None]
+    high = np.clip(eff.astype(np.int64) - base, -1, span - 2)[None, :]
+    idx = np.searchsorted(keys, row + high, side="right").astype(np.int64) - 1
+    ok = idx >= starts[:, None]
+    idx = np.maximum(idx, starts[:, None])
+    ok &= t[idx] >= (eff - lookback_ms)[None, :]
+    if any(s.stale is not None for s in lives):
+        stale = np.concatenate(
+            [s.stale if s.stale is not None else np.zeros(len(s.t), dtype=bool) for s in lives]
+        )
+        ok &= ~stale[idx]
+    keep = np.asarray(ok.any(axis=1), dtype=bool)
+    if times:
+        picked = t[idx] / 1000.0
+    else:
+        picked = np.concatenate([s.v for s in lives]).astype(np.float64)[idx]
+    if keep.all():
+        return lives, picked, ok
+    kept = [s for s, k in zip(lives, keep.tolist(), strict=True) if k]
+    return kept, picked[keep], ok[keep]
+
+
 def latest(
     series: Iterable[Series], eff: I64, lookback_ms: int
 ) -> Iterator[tuple[Series, I64, Mask]]:
