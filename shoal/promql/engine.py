@@ -72,37 +72,41 @@ def selectors(root: Node, start_ms: int, end_ms: int) -> list[Selector]:
     return [sel for sel, _, _ in _needs(root, start_ms, end_ms)]
 
 
-async def load(
+async def load_targets(
     source: SampleSource, root: Node, start_ms: int, end_ms: int
 ) -> dict[int, list[Series]]:
-    """The samples of every selector in ``root``, keyed by the selector's ``id``."""
+    """The ``target_info`` series of each selector in ``root`` that may read it, keyed by
+    the selector's ``id``; resources come through SQL, which is asynchronous."""
+    needs = [n for n in _needs(root, start_ms, end_ms) if _may_read_target_info(n[0])]
+    found = await asyncio.gather(*(source.targets(a, b) for _, a, b in needs))
+    return {id(sel): fetch.target_series(f) for (sel, _, _), f in zip(needs, found, strict=True)}
+
+
+def load(
+    source: SampleSource,
+    root: Node,
+    start_ms: int,
+    end_ms: int,
+    targets: dict[int, list[Series]],
+) -> dict[int, list[Series]]:
+    """The samples of every selector in ``root``, keyed by the selector's ``id``, read in
+    the calling thread; ``targets`` from :func:`load_targets`. Selectors of the same
+    metrics over the same range share one read."""
     needs = list(_needs(root, start_ms, end_ms))
     if not needs:
         return {}
-    lo = min(n[1] for n in needs)
-    hi = max(n[2] for n in needs)
-    catalog = await source.catalog(lo, hi)
-    reads: dict[tuple[tuple[str, ...], int, int], asyncio.Future[list[Series]]] = {}
-
-    async def read(names: tuple[str, ...], a: int, b: int) -> list[Series]:
-        return await asyncio.get_running_loop().run_in_executor(
-            None, source.samples_now, names, a, b, *_kinds(catalog, names)
-        )
-
-    async def one(sel: Selector, a: int, b: int) -> list[Series]:
-        found: list[Series] = []
-        if _may_read_target_info(sel):
-            found = fetch.target_series(await source.targets(a, b))
+    catalog = source.catalog_now(min(n[1] for n in needs), max(n[2] for n in needs))
+    reads: dict[tuple[tuple[str, ...], int, int], list[Series]] = {}
+    out: dict[int, list[Series]] = {}
+    for sel, a, b in needs:
+        found = list(targets.get(id(sel), ()))
         names = tuple(sorted(fetch.select_metrics(catalog, sel.matchers)))
         if names:
-            # selectors of the same metrics over the same range share one read
             if (names, a, b) not in reads:
-                reads[names, a, b] = asyncio.ensure_future(read(names, a, b))
-            found += await reads[names, a, b]
-        return [s for s in found if fetch.matches_all(s.labels, sel.matchers)]
-
-    results = await asyncio.gather(*(one(sel, a, b) for sel, a, b in needs))
-    return {id(sel): series for (sel, _, _), series in zip(needs, results, strict=True)}
+                reads[names, a, b] = source.samples_now(names, a, b, *_kinds(catalog, names))
+            found += reads[names, a, b]
+        out[id(sel)] = [s for s in found if fetch.matches_all(s.labels, sel.matchers)]
+    return out
 
 
 def _kinds(catalog: list[fetch.MetricInfo], names: tuple[str, ...]) -> tuple[set[str], list[str]]:
@@ -113,30 +117,6 @@ def _kinds(catalog: list[fetch.MetricInfo], names: tuple[str, ...]) -> tuple[set
 
 def _may_read_target_info(sel: Selector) -> bool:
     return all(m.matches(mapping.TARGET_INFO) for m in sel.matchers if m.name == NAME)
-
-
-def load_now(
-    source: SampleSource, root: Node, start_ms: int, end_ms: int
-) -> dict[int, list[Series]] | None:
-    """:func:`load` in the calling thread, one read after another; None when a selector
-    may read ``target_info`` (resources come through SQL, which is asynchronous)."""
-    needs = list(_needs(root, start_ms, end_ms))
-    if not needs:
-        return {}
-    if any(_may_read_target_info(sel) for sel, _, _ in needs):
-        return None
-    catalog = source.catalog_now(min(n[1] for n in needs), max(n[2] for n in needs))
-    reads: dict[tuple[tuple[str, ...], int, int], list[Series]] = {}
-    out: dict[int, list[Series]] = {}
-    for sel, a, b in needs:
-        names = tuple(sorted(fetch.select_metrics(catalog, sel.matchers)))
-        found: list[Series] = []
-        if names:
-            if (names, a, b) not in reads:
-                reads[names, a, b] = source.samples_now(names, a, b, *_kinds(catalog, names))
-            found = reads[names, a, b]
-        out[id(sel)] = [s for s in found if fetch.matches_all(s.labels, sel.matchers)]
-    return out
 
 
 class Evaluator:
@@ -314,14 +294,9 @@ async def evaluate(
             return Result("vector" if instant else "matrix", ts, vec=value.compact())
         return Result("scalar" if instant else "matrix", ts, scalar=value)
 
-    def all_now() -> Result | None:
-        data = load_now(source, root, start_ms, end_ms)
-        return None if data is None else run(data)
-
+    targets = await load_targets(source, root, start_ms, end_ms)
     # Reading and evaluating in one worker thread: each hand-off between the event loop
     # and a worker cost about a millisecond, as much as a small panel's work.
-    loop = asyncio.get_running_loop()
-    result = await loop.run_in_executor(None, all_now)
-    if result is None:
-        result = await loop.run_in_executor(None, run, await load(source, root, start_ms, end_ms))
-    return result
+    return await asyncio.get_running_loop().run_in_executor(
+        None, lambda: run(load(source, root, start_ms, end_ms, targets))
+    )

@@ -262,7 +262,9 @@ class _Floats:
         return values[a:b]
 
 
-def restarts(t_ms: np.ndarray, start_ns: np.ndarray, first: np.ndarray) -> np.ndarray:
+def restarts(
+    t_ms: np.ndarray, start_ns: np.ndarray, start_ms: np.ndarray, first: np.ndarray
+) -> np.ndarray:
     """Which points are restarts (rows in series order; ``first`` marks each series' first
     row): a point whose start time changed and lies after the previous point. A zero
     sample at its start time makes ``rate`` and ``increase`` see the reset even when the
@@ -270,7 +272,6 @@ def restarts(t_ms: np.ndarray, start_ns: np.ndarray, first: np.ndarray) -> np.nd
     found = np.zeros(len(t_ms), dtype=bool)
     if len(t_ms) < 2:
         return found
-    start_ms = start_ns // 1_000_000
     new = (start_ns[1:] != start_ns[:-1]) & (start_ns[1:] > 0) & ~first[1:]
     new &= (start_ms[1:] > t_ms[:-1]) & (start_ms[1:] < t_ms[1:])
     found[1:] = new
@@ -355,8 +356,8 @@ def to_series(
     # per series below: views into these, computed once for all rows
     tms = tns // 1_000_000
     stale_all = (flags & STALE_FLAG) != 0
-    restart = restarts(tms, start_ns, change)
     start_ms = start_ns // 1_000_000
+    restart = restarts(tms, start_ns, start_ms, change)
     wanted_set = set(wanted) if wanted is not None else None
     out = _Collector()
     buckets: _Buckets | None = None

@@ -197,13 +197,12 @@ def fingerprint(series: pa.Table) -> tuple[int, int, int]:
         )
 
 
-def _check_cap(rows: int, cap: int, verb: str = "reads", what: str = "samples or series") -> None:
-    if rows > cap:
-        raise PromQLError(
-            f"the query {verb} more than {cap} {what} (promql_max_samples); "
-            "narrow the selector or the time range",
-            error_type="execution",
-        )
+def _over_cap(cap: int, verb: str = "reads", what: str = "samples or series") -> PromQLError:
+    return PromQLError(
+        f"the query {verb} more than {cap} {what} (promql_max_samples); "
+        "narrow the selector or the time range",
+        error_type="execution",
+    )
 
 
 class QuerySource:
@@ -221,7 +220,8 @@ class QuerySource:
         prepared = await self.service.aprepare(self.tenant, sql)
         result = await self.service.execute(prepared, max_rows=cap)
         table = await result.to_table()
-        _check_cap(cap + 1 if result.truncated else 0, cap)
+        if result.truncated:
+            raise _over_cap(cap)
         return table
 
     def memo(
@@ -246,7 +246,8 @@ class QuerySource:
         found = self.service.series_sync(
             self.tenant, "metrics", start_ms * 1_000_000, (end_ms + 1) * 1_000_000 - 1
         )
-        _check_cap(found.num_rows, self.service.limits.max_samples, "selects", "series")
+        if found.num_rows > self.service.limits.max_samples:
+            raise _over_cap(self.service.limits.max_samples, "selects", "series")
         verbatim = pc.equal(pc.fill_null(found.column("scope_name"), ""), SCOPE)
         found = self._found[start_ms, end_ms] = found.append_column("verbatim", verbatim)
         return found
@@ -284,7 +285,8 @@ class QuerySource:
             a * 1_000_000,
             (b + 1) * 1_000_000,
         )
-        _check_cap(table.num_rows, self.service.limits.max_samples)
+        if table.num_rows > self.service.limits.max_samples:
+            raise _over_cap(self.service.limits.max_samples)
         labels = self._series_now(otlp_names, start_ms, end_ms)
         # labels worked out per series, kept while the index rows stay the same
         rows = self.memo(

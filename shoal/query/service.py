@@ -409,15 +409,10 @@ class QueryService:
         result = await self.execute(prepared)
         return await result.to_table(), result
 
-    async def series(self, tenant: str, table: str, start_ns: int, end_ns: int) -> pa.Table:
-        """One row per series of ``table`` seen in ``[start_ns, end_ns]``, from the
-        series index (:mod:`shoal.query.series`): no SQL, no scan of the data."""
-        return await asyncio.get_running_loop().run_in_executor(
-            None, self.series_sync, tenant, table, start_ns, end_ns
-        )
-
     def series_sync(self, tenant: str, table: str, start_ns: int, end_ns: int) -> pa.Table:
-        """:meth:`series` in the calling thread (blocking, a few milliseconds)."""
+        """One row per series of ``table`` seen in ``[start_ns, end_ns]``, from the
+        series index (:mod:`shoal.query.series`): no SQL, no scan of the data. Blocking,
+        a few milliseconds."""
         return series_in_range(self.catalog, self.snapshot, tenant, table, start_ns, end_ns)
 
     def metric_rows_sync(
