@@ -175,3 +175,25 @@ def test_snapshot_rows_are_picked_once(harness: Harness) -> None:
     harness.ingest("t", "metrics", metric_rows(30, BASE_US + HOUR_US // 2, 60_000_000, seed=99))
     assert _rows(_read(svc, ["m1", "m4"], *span)) == _rows(_sql(svc, ["m1", "m4"], *span))
     svc.shutdown()
+
+
+def test_a_tenant_never_reads_another_tenants_kept_rows(harness: Harness) -> None:
+    """Two tenants with the same metric names, in files and in the snapshot: each read
+    (the other tenant's rows already kept) answers what that tenant's SQL answers."""
+    for tenant, seed in (("t", 1), ("u", 2)):
+        harness.ingest(tenant, "metrics", metric_rows(800, BASE_US, HOUR_US, seed=seed))
+        harness.flush(tenant, "metrics")
+        harness.ingest(tenant, "metrics", metric_rows(90, BASE_US + HOUR_US, HOUR_US, seed=seed))
+    svc = harness.service()
+    span = (BASE_US * 1000, (BASE_US + 2 * HOUR_US) * 1000)
+    mine = _rows(_read(svc, NAMES, *span))
+    theirs = svc.metric_rows_sync("u", NAMES, COLUMNS, *span)
+    assert svc.slices.hits == 0  # nothing of tenant t was reused for tenant u
+    their_sql = svc.run_sync(
+        "u",
+        f"SELECT metric_name, {', '.join(COLUMNS)} FROM metrics "
+        f"WHERE time_unix_nano >= {span[0]} AND time_unix_nano < {span[1]}",
+    )
+    assert _rows(theirs) == _rows(their_sql) and _rows(theirs) != mine
+    assert len(mine) == len(_rows(theirs)) == 890
+    svc.shutdown()
