@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,11 +27,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.errors import DecodeError, UnsupportedMediaTypeError
-from shoal.otlp.columns import hash_text
+from shoal.otlp.columns import empty_maps, hash_text, nulls
 from shoal.otlp.common import DecodeResult
 from shoal.otlp.metrics import series_ids
 from shoal.otlp.wire import ProtoArrow
 from shoal.promwrite import SCOPE, proto
+from shoal.promwrite.known import KnownSeries
 from shoal.schema import METRICS_SCHEMA
 
 V1 = "prometheus.WriteRequest"
@@ -78,19 +80,53 @@ _DECODER = ProtoArrow(
 )
 
 
-def decode(body: bytes, message: str) -> Written:
-    """Decode an uncompressed (snappy already undone) remote-write body of ``message``."""
+_KNOWN = KnownSeries(max_series=200_000, max_bytes=64 << 20)
+"""Series seen before, across requests and tenants (a row depends on the label set only)."""
+
+
+def decode(body: bytes, message: str, known: KnownSeries | None = _KNOWN) -> Written:
+    """Decode an uncompressed (snappy already undone) remote-write body of ``message``.
+
+    The columns of each distinct label set come from ``known`` when it has them
+    (``None``: work every series out)."""
     batch = _DECODER.batch(message, body, f"body is not a valid {message}")
     series = batch.column("timeseries").flatten()
-    if len(series) and pc.max(pc.list_value_length(series.field("histograms"))).as_py():
+    n = len(series)
+    if n and pc.max(pc.list_value_length(series.field("histograms"))).as_py():
         raise DecodeError("native histograms are not supported")
+    symbols: pa.Array | None = None
     if message == V2:
-        symbols: pa.Array | None = batch.column("symbols")[0].values
-        parts = _v2(batch, series)
+        symbols = batch.column("symbols")[0].values
+        labels, v2_meta, created = _v2(batch, series)
+        key_extra: list[pa.Array] | None = v2_meta.key_columns()
+
+        def metas(names: list[str | None], positions: np.ndarray[Any, Any]) -> list[Meta]:
+            return v2_meta.metas(names, positions)
     else:
-        symbols = None
-        parts = _v1(batch, series)
-    return _rows(series, *parts, symbols)
+        labels = _v1(series)
+        created = np.zeros(n, dtype=np.int64)
+        metadata = _v1_metadata(batch)
+        key_extra = None
+        if metadata:  # 1.0 sends metadata in requests of their own; these are rare
+            known = None
+
+        def metas(names: list[str | None], positions: np.ndarray[Any, Any]) -> list[Meta]:
+            if not metadata:
+                return [Meta()] * len(names)
+            per_name = {name: _family_meta(str(name or ""), metadata) for name in set(names)}
+            return [per_name[name] for name in names]
+
+    def build(positions: np.ndarray[Any, Any]) -> pa.Table:
+        subset = labels if len(positions) == n else labels.subset(positions, n)
+        return _series_columns(subset, len(positions), lambda names: metas(names, positions))
+
+    if known is None or not n:
+        table = build(np.arange(n))
+        rows = np.arange(n)
+        named = np.asarray(table.column("metric_name").is_valid(), dtype=np.bool_)
+    else:
+        table, rows, named = known.rows(_keys(labels, n, key_extra), build)
+    return _rows(series, table, rows, named, created, symbols)
 
 
 @dataclasses.dataclass
@@ -101,29 +137,82 @@ class _Labels:
     names: pa.Array
     values: pa.Array
 
+    def subset(self, positions: np.ndarray[Any, Any], n: int) -> _Labels:
+        """The labels of the series at ``positions`` (ascending), renumbered from 0."""
+        renumber = np.full(n, -1, dtype=np.int64)
+        renumber[positions] = np.arange(len(positions))
+        owner = renumber[self.owner]
+        keep = owner >= 0
+        mask = pa.array(keep)
+        return _Labels(owner[keep], self.names.filter(mask), self.values.filter(mask))
 
-def _v1(
-    batch: pa.RecordBatch, series: pa.StructArray
-) -> tuple[_Labels, list[Meta], np.ndarray[Any, Any]]:
+
+def _keys(labels: _Labels, n: int, extra: list[pa.Array] | None) -> list[bytes]:
+    """Per series, its label set (and ``extra`` columns) as one byte string.
+
+    The separators are bytes UTF-8 never holds, and the decoder refuses invalid UTF-8,
+    so two different label sets never share a key."""
+    pairs = pc.binary_join_element_wise(
+        labels.names.cast(pa.binary()), labels.values.cast(pa.binary()), b"\xff"
+    )
+    per_series = pa.ListArray.from_arrays(pa.array(_offsets(labels.owner, n)), pairs)
+    keys = pc.binary_join(per_series, b"\xfe")
+    if extra:
+        keys = pc.binary_join_element_wise(keys, *[e.cast(pa.binary()) for e in extra], b"\xfd")
+    out: list[bytes] = keys.to_pylist()
+    return out
+
+
+def _offsets(owner: np.ndarray[Any, Any], n: int) -> np.ndarray[Any, Any]:
+    """List offsets for entries sorted by series (``owner`` ascending)."""
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(owner, minlength=n), out=offsets[1:])
+    return offsets
+
+
+def _v1(series: pa.StructArray) -> _Labels:
     labels = series.field("labels")
     flat = labels.flatten()
-    found = _Labels(_owners(labels), flat.field("name"), flat.field("value"))
-    metadata = {
+    return _Labels(_owners(labels), flat.field("name"), flat.field("value"))
+
+
+def _v1_metadata(batch: pa.RecordBatch) -> dict[str, Meta]:
+    column = batch.column("metadata")
+    if not len(column) or not len(column[0].values):
+        return {}
+    return {
         m["metric_family_name"]: Meta(
             proto.V1_TYPES.get(m["type"], "unknown"), m["metric_family_name"], m["help"], m["unit"]
         )
-        for m in batch.column("metadata")[0].as_py() or []
+        for m in column[0].as_py() or []
     }
-    names = _names(found, len(series))
-    if not metadata:  # 1.0 sends metadata in requests of their own
-        return found, [Meta()] * len(series), np.zeros(len(series), dtype=np.int64)
-    per_name = {name: _family_meta(str(name or ""), metadata) for name in set(names)}
-    return found, [per_name[name] for name in names], np.zeros(len(series), dtype=np.int64)
+
+
+@dataclasses.dataclass
+class _V2Meta:
+    """The 2.0 metadata of each series: type, help and unit."""
+
+    kinds: pa.Array
+    helps: pa.Array
+    units: pa.Array
+
+    def key_columns(self) -> list[pa.Array]:
+        return [self.kinds.cast(pa.string()), self.helps, self.units]
+
+    def metas(self, names: list[str | None], positions: np.ndarray[Any, Any]) -> list[Meta]:
+        take = pa.array(positions)
+        kinds = self.kinds.take(take).to_pylist()
+        helps = self.helps.take(take).to_pylist()
+        units = self.units.take(take).to_pylist()
+        return [
+            Meta(proto.V1_TYPES.get(int(k), "unknown"), str(name or ""), h, u)
+            for k, name, h, u in zip(kinds, names, helps, units, strict=True)
+        ]
 
 
 def _v2(
     batch: pa.RecordBatch, series: pa.StructArray
-) -> tuple[_Labels, list[Meta], np.ndarray[Any, Any]]:
+) -> tuple[_Labels, _V2Meta, np.ndarray[Any, Any]]:
     symbols = batch.column("symbols")[0].values
     if len(series) and (len(symbols) == 0 or symbols[0].as_py() != ""):
         raise DecodeError("the symbols table must start with the empty string")
@@ -138,16 +227,13 @@ def _v2(
     found = _Labels(owners, flat.take(pa.array(np.arange(0, len(flat), 2))),
                     flat.take(pa.array(np.arange(1, len(flat), 2))))  # fmt: skip
     meta = series.field("metadata")
-    kinds = meta.field("type").to_numpy(zero_copy_only=False)
-    helps = _symbols(symbols, meta.field("help_ref")).to_pylist()
-    units = _symbols(symbols, meta.field("unit_ref")).to_pylist()
-    names = _names(found, len(series))
-    metas = [
-        Meta(proto.V1_TYPES.get(int(k), "unknown"), str(n or ""), h, u)
-        for k, n, h, u in zip(kinds, names, helps, units, strict=True)
-    ]
+    v2_meta = _V2Meta(
+        meta.field("type"),
+        _symbols(symbols, meta.field("help_ref")),
+        _symbols(symbols, meta.field("unit_ref")),
+    )
     created = series.field("created_timestamp").to_numpy(zero_copy_only=False)
-    return found, metas, np.asarray(created, dtype=np.int64)
+    return found, v2_meta, np.asarray(created, dtype=np.int64)
 
 
 def _symbols(symbols: pa.Array, refs: pa.Array) -> pa.Array:
@@ -253,25 +339,17 @@ def _resource(
 
 def _map(owner: np.ndarray[Any, Any], keys: pa.Array, values: pa.Array, n: int) -> pa.MapArray:
     """A map per series from entries sorted by series (``owner`` ascending)."""
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(np.bincount(owner, minlength=n), out=offsets[1:])
-    return pa.MapArray.from_arrays(pa.array(offsets), keys, values)
+    return pa.MapArray.from_arrays(pa.array(_offsets(owner, n)), keys, values)
 
 
-def _rows(
-    series: pa.StructArray,
-    labels: _Labels,
-    metas: list[Meta],
-    created_ms: np.ndarray[Any, Any],
-    symbols: pa.Array | None,
-) -> Written:
-    n_series = len(series)
-    names = _pick(labels, "__name__", n_series)
-    named = names != None  # noqa: E711 (element-wise)
-    samples = series.field("samples")
-    counts = np.asarray(pc.list_value_length(samples).to_numpy(zero_copy_only=False))
-    errors = [f"series {i}: no __name__ label" for i in np.flatnonzero(~named)[:10]]
-    rejected = int(counts[~named].sum())
+def _series_columns(
+    labels: _Labels, n_series: int, metas_of: Callable[[list[str | None]], list[Meta]]
+) -> pa.Table:
+    """The columns each of ``n_series`` series repeats on its samples, one row per series;
+    ``metric_name`` is null for a series without one. Raises DecodeError for label sets
+    that can never be stored."""
+    names = _names(labels, n_series)
+    metas = metas_of(names)
     # attributes: every label but __name__, job and instance, with a value
     keep = pc.and_(
         pc.invert(pc.is_in(labels.names, pa.array(_SPECIAL))), pc.not_equal(labels.values, "")
@@ -317,15 +395,52 @@ def _rows(
         "is_monotonic": pa.array([True if c else None for c in counter], pa.bool_()),
         "metric_metadata": pa.array(metadata_rows, _MAP),
     }
-    per_series: dict[str, pa.Array] = {
+    columns: dict[str, pa.Array] = {
         "metric_name": pa.array(names, pa.string()),
-        "start_time_unix_nano": pa.array(created_ms * 1_000_000),
         "series_id": series_ids(name_hash, point_hash, resource_hash),
         "attributes": attributes,
         "resource_attributes": resource,
         "service_name": service,
         **{name: array.take(by_meta) for name, array in per_meta.items()},
     }
+    return pa.table(
+        list(columns.values()),
+        schema=pa.schema([METRICS_SCHEMA.field(name) for name in columns]),
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _constants(n: int) -> dict[str, pa.Array]:
+    """The columns equal in every row of a remote-written request of ``n`` rows
+    (arrays are immutable, so one set serves every request of that size)."""
+    empty = empty_maps(n)
+    zeros = pa.array(np.zeros(n, dtype=np.int64))
+    return {
+        "attributes_types": empty,
+        "metric_metadata_types": empty,
+        "resource_attributes_types": empty,
+        "scope_name": pa.array(np.full(n, SCOPE, dtype=object), pa.string()),
+        "scope_attributes": empty,
+        "scope_attributes_types": empty,
+        "resource_dropped_attributes_count": zeros,
+        "scope_dropped_attributes_count": zeros,
+    }
+
+
+def _rows(
+    series: pa.StructArray,
+    table: pa.Table,
+    rows: np.ndarray[Any, Any],
+    named: np.ndarray[Any, Any],
+    created_ms: np.ndarray[Any, Any],
+    symbols: pa.Array | None,
+) -> Written:
+    """The request's rows: series ``i``'s columns are row ``rows[i]`` of ``table``, repeated
+    for its samples; the samples of series without a name are refused."""
+    samples = series.field("samples")
+    counts = np.asarray(pc.list_value_length(samples).to_numpy(zero_copy_only=False))
+    errors = [f"series {i}: no __name__ label" for i in np.flatnonzero(~named)[:10]]
+    rejected = int(counts[~named].sum())
     owner = _owners(samples)
     take = np.flatnonzero(named[owner])
     owner = owner[take]
@@ -333,14 +448,17 @@ def _rows(
     values = flat.field("value").to_numpy(zero_copy_only=False)[take]
     t_ms = flat.field("timestamp").to_numpy(zero_copy_only=False)[take].astype(np.int64)
     n = len(owner)
-    index = pa.array(owner)
-    columns = {name: array.take(index) for name, array in per_series.items()}
+    gathered = table.take(pa.array(rows[owner]))
+    columns: dict[str, pa.Array | pa.ChunkedArray] = dict(
+        zip(gathered.column_names, gathered.columns, strict=True)
+    )
     stale = values.view(np.uint64) == np.uint64(STALE_NAN)
     start = created_ms[owner] * 1_000_000
-    empty = pa.array([[]], _MAP).take(pa.array(np.zeros(n, dtype=np.int64)))
     exemplars, exemplar_count = _exemplars(series, owner, counts, named, n, symbols)
+    columns.update(_constants(n))
     columns.update(
         {
+            "start_time_unix_nano": pa.array(start),
             "timestamp": pa.array(t_ms * 1000, pa.timestamp("us", tz="UTC")),
             "time_unix_nano": pa.array(t_ms * 1_000_000),
             "start_timestamp": pa.array(
@@ -349,19 +467,11 @@ def _rows(
             "value": pa.array(np.where(stale, np.nan, values)),
             "flags": pa.array(np.where(stale, NO_RECORDED_VALUE, 0).astype(np.int64)),
             "exemplars": exemplars,
-            "attributes_types": empty,
-            "metric_metadata_types": empty,
-            "resource_attributes_types": empty,
-            "scope_name": pa.array(np.full(n, SCOPE, dtype=object), pa.string()),
-            "scope_attributes": empty,
-            "scope_attributes_types": empty,
-            "resource_dropped_attributes_count": pa.array(np.zeros(n, dtype=np.int64)),
-            "scope_dropped_attributes_count": pa.array(np.zeros(n, dtype=np.int64)),
         }
     )
-    out = [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in METRICS_SCHEMA]
-    table = pa.Table.from_arrays(out, schema=METRICS_SCHEMA)
-    return Written(DecodeResult(table, n, rejected, errors), n, exemplar_count)
+    out = [columns[f.name] if f.name in columns else nulls(n, f.type) for f in METRICS_SCHEMA]
+    result = pa.Table.from_arrays(out, schema=METRICS_SCHEMA)
+    return Written(DecodeResult(result, n, rejected, errors), n, exemplar_count)
 
 
 def _exemplars(

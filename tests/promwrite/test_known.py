@@ -1,0 +1,129 @@
+"""Series seen before: decoding with the cache gives exactly the rows decoding without it
+gives, request after request, through hits, misses, refusals and the cache starting over."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadtest import remote_write
+from shoal.errors import DecodeError
+from shoal.promwrite.decode import V1, V2, decode
+from shoal.promwrite.known import KnownSeries
+
+# a small pool, so that requests share series; some without a name, some with empty values
+LABEL_SETS: list[dict[str, str]] = [
+    {"__name__": "up", "job": "node", "instance": "h1:9100"},
+    {"__name__": "up", "job": "node", "instance": "h2:9100"},
+    {"__name__": "up", "job": "shop/api", "instance": "h1:9100"},
+    {"__name__": "cpu_seconds_total", "job": "node", "instance": "h1:9100", "mode": "idle"},
+    {"__name__": "cpu_seconds_total", "job": "node", "instance": "h1:9100", "mode": "user"},
+    {"__name__": "temp", "room": "lab", "empty": ""},
+    {"__name__": "temp", "room": "hall"},
+    {"room": "lab"},
+    {"__name__": "a_b", "c": "d", "e": "f", "g": "h"},
+]
+V2_META: list[dict[str, object]] = [
+    {},
+    {"type": 1, "help": "CPU time.", "unit": "seconds"},
+    {"type": 2, "help": "Temperature."},
+    {"type": 1, "created": 1_000},
+]
+
+requests = st.lists(
+    st.lists(
+        st.tuples(
+            st.integers(0, len(LABEL_SETS) - 1),
+            st.lists(st.integers(1, 10**6), min_size=1, max_size=3),
+            st.integers(0, len(V2_META) - 1),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+def _body(series: list[tuple[int, list[int], int]], v2: bool) -> bytes:
+    if v2:
+        return remote_write.encode_v2(
+            [
+                (LABEL_SETS[s], [(t, float(t % 97)) for t in times], V2_META[m])
+                for s, times, m in series
+            ]
+        )
+    return remote_write.encode(
+        [(LABEL_SETS[s], [(t, float(t % 97)) for t in times]) for s, times, _ in series]
+    )
+
+
+def _same(a: pa.Table, b: pa.Table) -> None:
+    assert a.schema == b.schema
+    assert a.to_pylist() == b.to_pylist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(sequence=requests, v2=st.booleans(), max_series=st.sampled_from([2, 4, 1000]))
+def test_cached_rows_equal_rows_worked_out_afresh(
+    sequence: list[list[tuple[int, list[int], int]]], v2: bool, max_series: int
+) -> None:
+    known = KnownSeries(max_series=max_series, max_bytes=1 << 30)
+    message = V2 if v2 else V1
+    for series in sequence:
+        body = _body(series, v2)
+        cached = decode(body, message, known)
+        fresh = decode(body, message, None)
+        _same(cached.result.table, fresh.result.table)
+        assert cached.result.rejected == fresh.result.rejected
+        assert cached.result.errors == fresh.result.errors
+        assert (cached.samples, cached.exemplars) == (fresh.samples, fresh.exemplars)
+        assert len(known) <= max(max_series, len({s for s, _, _ in series}) * len(V2_META))
+
+
+def test_a_series_seen_before_is_not_worked_out_again() -> None:
+    known = KnownSeries(max_series=100, max_bytes=1 << 30)
+    first = _body([(0, [1], 0), (1, [1], 0), (3, [1], 0)], False)
+    decode(first, V1, known)
+    assert len(known) == 3
+    # same series, other samples and order: nothing new
+    decode(_body([(3, [2, 3], 0), (0, [2], 0)], False), V1, known)
+    assert len(known) == 3 and known.restarts == 0
+    # a new one is added beside them
+    decode(_body([(0, [4], 0), (6, [4], 0)], False), V1, known)
+    assert len(known) == 4
+    # in 2.0 the metadata is part of what a series is
+    decode(_body([(3, [5], 1), (3, [6], 0)], True), V2, known)
+    assert len(known) == 6
+
+
+def test_the_byte_bound_starts_the_cache_over() -> None:
+    body = _body([(i, [1], 0) for i in range(len(LABEL_SETS))], False)
+    one = KnownSeries(max_series=1000, max_bytes=1 << 30)
+    decode(body, V1, one)
+    size = one._known.nbytes if one._known is not None else 0
+    known = KnownSeries(max_series=1000, max_bytes=size + 1)
+    decode(body, V1, known)
+    other = _body([(2, [1], 0), (5, [2], 0)], True)  # 2.0 keys differ: more bytes
+    _same(decode(other, V2, known).result.table, decode(other, V2, None).result.table)
+    assert known.restarts == 1 and len(known) == 2
+
+
+def test_a_refused_request_caches_nothing() -> None:
+    known = KnownSeries(max_series=100, max_bytes=1 << 30)
+    good = _body([(0, [1], 0)], False)
+    decode(good, V1, known)
+    twice = remote_write._field(  # one series holding the label "a" twice
+        1,
+        remote_write._field(1, remote_write._label("__name__", "m"))
+        + remote_write._field(1, remote_write._label("a", "1"))
+        + remote_write._field(1, remote_write._label("a", "2"))
+        + remote_write._field(2, remote_write._sample(1, 1.0)),
+    )
+    for _ in range(2):  # refused the second time too: the first left nothing behind
+        with pytest.raises(DecodeError, match="appears twice"):
+            decode(good + twice, V1, known)
+    assert len(known) == 1
+    _same(decode(good, V1, known).result.table, decode(good, V1, None).result.table)
