@@ -1,7 +1,7 @@
 """The seam between the ingest front doors and the queue behind them.
 
-A front door (OTLP over HTTP or gRPC, remote write) decodes a request on a
-worker thread and hands the rows to an :class:`IngestSink` with an
+A front door (OTLP over HTTP or gRPC, remote write) has a request decoded
+(on a worker thread or in a decoding process) and hands the rows to an :class:`IngestSink` with an
 :class:`Ack`; the sink (the server's bounded queue in front of the WAL)
 resolves the ack once the rows are durable, and a whole WAL group of acks
 is resolved with a single wake-up of each event loop (:func:`resolve_acks`).
@@ -71,8 +71,11 @@ class IngestSink(Protocol):
         """Raise (not ready, shutting down, queue full) before any work is spent."""
         ...
 
-    def append(self, tenant: str, signal: str, table: pa.Table, ack: Ack) -> None:
-        """On a worker thread: admit, encode and append ``table`` for ``tenant``.
+    def append(
+        self, tenant: str, signal: str, table: pa.Table, ack: Ack, payload: bytes | None = None
+    ) -> None:
+        """On a worker thread: admit, encode and append ``table`` for ``tenant``
+        (``payload``, when given, is its WAL payload, already encoded).
 
         Raises if it is refused at once; otherwise ``ack`` is resolved with the
         WAL LSN once the rows are durable (and in the snapshot), or failed.

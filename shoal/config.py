@@ -206,6 +206,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("grpc_max_message_bytes", 4 * MiB, _parse_size, "Largest OTLP/gRPC message."),
     Setting(
+        "decode_processes",
+        0,
+        _parse_non_negative_int,
+        "Worker processes that decode ingest requests (OTLP and remote write) beside the "
+        "server process, which keeps the WAL, the snapshot and the queries; 0 decodes on a "
+        "thread of the server process (one core for all interpreter work).",
+    ),
+    Setting(
         "queue_max_requests",
         256,
         _parse_positive_int,
@@ -383,6 +391,7 @@ class Config:
     max_body_bytes: int
     http_read_timeout_s: float
     grpc_max_message_bytes: int
+    decode_processes: int
     queue_max_requests: int
     queue_max_bytes: int
     retry_after_s: int

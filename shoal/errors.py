@@ -202,6 +202,11 @@ class NotReadyError(ShoalError):
     """The server is still starting (replaying the WAL) and accepts no ingest yet."""
 
 
+class DecoderLostError(NotReadyError):
+    """A decoding process exited while it held the request; a retry goes to the process
+    started in its place."""
+
+
 class OverloadedError(ShoalError):
     """The ingest queue is full; the client should retry after ``retry_after_s``."""
 

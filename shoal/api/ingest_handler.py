@@ -1,12 +1,13 @@
-"""The protocol-independent half of OTLP ingest, shared by HTTP and gRPC.
+"""The protocol-independent half of ingest, shared by OTLP (HTTP and gRPC) and remote write.
 
-A request is authenticated by its route, then :class:`IngestHandler` hands
-one job to a worker thread: decode and validate the body, then give the
-decoded table to an :class:`IngestSink` (the server's bounded queue in front
-of the WAL), which encodes and appends it. The event loop is not involved
-again until the request is durable or has failed: the sink resolves the
-request's :class:`Ack`, and a whole WAL group of acks is resolved with a
-single wake-up of the loop (:func:`resolve_acks`). The answer is the OTLP
+A request is authenticated by its route, then :class:`IngestHandler` hands its
+body to a :class:`~shoal.decoding.DecodeRunner` (a thread of the server, or a
+decoding process) as a job; when the decoder is done, its thread gives the rows
+(and the WAL payload, when the decoder built it) to an :class:`IngestSink` (the
+server's bounded queue in front of the WAL), which appends them. The event loop
+is not involved again until the request is durable or has failed: the sink
+resolves the request's :class:`Ack`, and a whole WAL group of acks is resolved
+with a single wake-up of the loop (:func:`resolve_acks`). The OTLP answer is the
 ``Export*Response`` of the signal, with ``partial_success`` when points were
 rejected.
 """
@@ -15,10 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
-from collections.abc import Callable
-from concurrent.futures import Executor
 from typing import Protocol
 
 from google.protobuf.message import Message
@@ -35,16 +35,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from shoal import otlp
 from shoal.ack import Ack, IngestSink
 from shoal.api.status import classify
+from shoal.decoding import Decoded, DecodeJob, DecodeRunner, ThreadDecoder
 
 logger = logging.getLogger(__name__)
 
 SIGNALS = ("metrics", "logs", "spans")
-
-Decoder = Callable[[bytes], otlp.DecodeResult]
-"""A request body -> the rows of its signal's table."""
 
 
 class IngestMetrics(Protocol):
@@ -69,6 +66,8 @@ class IngestOutcome:
     accepted: int
     rejected: int
     error_message: str
+    samples: int = 0
+    exemplars: int = 0
 
 
 _RESPONSES: dict[str, tuple[type[Message], type[Message], str]] = {
@@ -94,52 +93,55 @@ def export_response(signal: str, outcome: IngestOutcome | None) -> Message:
 
 
 class IngestHandler:
-    """Decode, validate, submit and await durability for one OTLP request."""
+    """Decode, validate, submit and await durability for one ingest request."""
 
     def __init__(
         self,
         sink: IngestSink,
-        executor: Executor | None = None,
+        decoder: DecodeRunner | None = None,
         metrics: IngestMetrics | None = None,
         max_error_chars: int = 1000,
     ) -> None:
         self.sink = sink
+        self.decoder: DecodeRunner = decoder or ThreadDecoder()
         self.metrics: IngestMetrics = metrics or NoopIngestMetrics()
-        self._executor = executor
         self._max_error_chars = max_error_chars
 
-    def _job(
-        self, tenant: str, signal: str, body: bytes, json: bool, ack: Ack, decode: Decoder | None
+    def _decoded(
+        self,
+        tenant: str,
+        signal: str,
+        ack: Ack,
+        box: list[Decoded],
+        outcome: Decoded | BaseException,
     ) -> None:
-        """Worker thread: decode, then hand the rows to the sink; never raises."""
+        """The decoder's thread: hand the rows to the sink; never raises."""
         try:
-            result = decode(body) if decode is not None else otlp.decode(signal, body, json=json)
-            ack.rejected = result.rejected
-            ack.errors = result.errors
-            if result.table.num_rows:
-                ack.accepted = result.table.num_rows
-                self.sink.append(tenant, signal, result.table, ack)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            box.append(outcome)
+            ack.rejected = outcome.rejected
+            ack.errors = outcome.errors
+            if outcome.table.num_rows:
+                ack.accepted = outcome.table.num_rows
+                self.sink.append(tenant, signal, outcome.table, ack, outcome.payload)
             else:
                 ack.resolve(0)
         except BaseException as exc:
             ack.fail(exc)
 
-    async def ingest(
-        self, tenant: str, signal: str, body: bytes, json: bool, decode: Decoder | None = None
-    ) -> IngestOutcome:
-        """Raises DecodeError, OverloadedError, WAL errors and the like; the caller maps them.
-
-        ``decode`` replaces the OTLP decoder of ``signal`` (remote write brings its own);
-        it runs on the worker thread."""
+    async def ingest(self, tenant: str, job: DecodeJob, body: bytes) -> IngestOutcome:
+        """Raises DecodeError, OverloadedError, WAL errors and the like; the caller maps them."""
+        signal = job.signal
         self.sink.check_admission()
         if not body:
             return IngestOutcome(0, 0, "")
         ack = Ack(asyncio.get_running_loop())
-        if self._executor is None:
-            self._job(tenant, signal, body, json, ack, decode)
-        else:
-            # A plain submit: the job's completion does not wake the loop, the ack does.
-            self._executor.submit(self._job, tenant, signal, body, json, ack, decode)
+        box: list[Decoded] = []
+        # The decoder's completion does not wake the loop, the ack does.
+        self.decoder.submit(
+            job, tenant, body, functools.partial(self._decoded, tenant, signal, ack, box)
+        )
         try:
             # Shielded: a client that goes away must not cancel the acknowledgement.
             await asyncio.shield(ack.future)
@@ -154,7 +156,8 @@ class IngestHandler:
         if ack.accepted:
             self.metrics.accepted(signal, tenant, ack.accepted)
         message = "; ".join(ack.errors)[: self._max_error_chars] if ack.errors else ""
-        return IngestOutcome(ack.accepted, ack.rejected, message)
+        counts = (box[0].samples, box[0].exemplars) if box else (0, 0)
+        return IngestOutcome(ack.accepted, ack.rejected, message, *counts)
 
 
 class Stopwatch:

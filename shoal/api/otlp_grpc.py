@@ -17,6 +17,7 @@ from grpc import aio
 from shoal.api.auth import Authenticator, grpc_principal
 from shoal.api.ingest_handler import IngestHandler, Stopwatch, export_response
 from shoal.api.status import classify, grpc_trailing_metadata
+from shoal.decoding import DecodeJob
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def _export_handler(
         try:
             principal = grpc_principal(authenticator, context.invocation_metadata(), "ingest")
             tenant = principal.tenant
-            outcome = await ingest.ingest(tenant, signal, request, json=False)
+            outcome = await ingest.ingest(tenant, DecodeJob(signal), request)
         except Exception as exc:
             status = classify(exc, retry_after_s)
             if status.http >= 500:

@@ -18,6 +18,7 @@ from google.protobuf import json_format
 from shoal.api.auth import Authenticator
 from shoal.api.ingest_handler import IngestHandler, Stopwatch, export_response
 from shoal.api.status import classify, http_error_body
+from shoal.decoding import OTLP, OTLP_JSON, DecodeJob
 from shoal.errors import DecodeError, PayloadTooLargeError, UnsupportedMediaTypeError
 
 logger = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ async def _export(request: Request, signal: str) -> Response:
         json = _content_kind(request)
         ingest.sink.check_admission()
         body = await read_body(request, max_body)
-        outcome = await ingest.ingest(tenant, signal, body, json)
+        outcome = await ingest.ingest(tenant, DecodeJob(signal, OTLP_JSON if json else OTLP), body)
     except Exception as exc:
         status = classify(exc, request.app.state.retry_after_s)
         if status.http >= 500:

@@ -19,10 +19,9 @@ from fastapi import APIRouter, Request, Response
 from shoal.api.auth import Authenticator
 from shoal.api.ingest_handler import IngestHandler, Stopwatch
 from shoal.api.status import classify
+from shoal.decoding import REMOTE_WRITE, DecodeJob
 from shoal.errors import PayloadTooLargeError, UnsupportedMediaTypeError
-from shoal.otlp import DecodeResult
 from shoal.promwrite import decode as promwrite
-from shoal.promwrite import snappy
 
 logger = logging.getLogger(__name__)
 
@@ -70,13 +69,10 @@ async def write(request: Request) -> Response:
         ingest.sink.check_admission()
         body = await _read(request, limit)
 
-        def decode(raw: bytes) -> DecodeResult:
-            written = promwrite.decode(snappy.decompress(raw, limit), message)
-            counts["Samples"] = written.samples
-            counts["Exemplars"] = written.exemplars
-            return written.result
-
-        outcome = await ingest.ingest(tenant, "metrics", body, False, decode)
+        job = DecodeJob("metrics", REMOTE_WRITE, message, limit)
+        outcome = await ingest.ingest(tenant, job, body)
+        counts["Samples"] = outcome.samples
+        counts["Exemplars"] = outcome.exemplars
     except Exception as exc:
         status = classify(exc, request.app.state.retry_after_s)
         if status.http >= 500:

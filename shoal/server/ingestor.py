@@ -74,8 +74,11 @@ class Ingestor:
             raise ShuttingDownError("shoal is shutting down; retry against the restarted server")
         self.queue.check()
 
-    def append(self, tenant: str, signal: str, table: pa.Table, ack: Ack) -> None:
-        """Worker thread: admit, encode, append; ``ack`` resolves in :meth:`on_durable`."""
+    def append(
+        self, tenant: str, signal: str, table: pa.Table, ack: Ack, payload: bytes | None = None
+    ) -> None:
+        """Decoder's thread: admit, encode (unless ``payload`` is the encoded rows), append;
+        ``ack`` resolves in :meth:`on_durable`."""
         self.check_admission()
         wal = self._wal
         assert wal is not None
@@ -83,7 +86,8 @@ class Ingestor:
         nbytes = table.get_total_buffer_size()
         self.queue.acquire(nbytes)
         try:
-            payload = records.encode(tenant, signal, table)
+            if payload is None:
+                payload = records.encode(tenant, signal, table)
             tag: DurableTag = (tenant, signal, table, ack)
             future = wal.append(payload, rtype=records.RTYPE_ROWS, tag=tag)
         except BaseException as exc:

@@ -13,6 +13,7 @@ The memory budget is what the settings allow the process to hold at once:
   + queue_max_bytes                                 (decoded requests waiting for the WAL)
   + max_body_bytes x (INGEST_THREADS + 1)           (bodies being decoded)
   + promql_cache_bytes                              (metric rows kept for PromQL)
+  + DECODE_PROCESS_BYTES x decode_processes         (the decoding processes, if any)
 
 It must fit in the memory the process is given: the ``memory_limit_bytes``
 setting, else the cgroup's limit (systemd's ``MemoryMax=``), else nothing is
@@ -42,6 +43,11 @@ SNAPSHOT_LIMIT_FLUSHES = 3
 """Ingest is refused (retryably) while the snapshot holds more than this many
 ``flush_max_bytes``: the flusher has fallen behind, and memory must stay bounded."""
 
+DECODE_PROCESS_BYTES = 160 * MiB
+"""One decoding process: 77 MiB idle (with multiprocessing's resource tracker beside
+the first, 13 MiB), the remote-write series cache (at most 64 MiB), and the arrays of
+the request it decodes."""
+
 INGEST_THREADS = 1
 """Threads that decode requests. Decoding holds the GIL for most of its time, so a
 second thread adds no throughput, only GIL hand-offs between the two (docs/rationale.md)."""
@@ -57,6 +63,7 @@ class MemoryBudget:
     queue: int
     bodies: int
     promql_cache: int = 0
+    decoders: int = 0
 
     @property
     def total(self) -> int:
@@ -67,6 +74,7 @@ class MemoryBudget:
             + self.queue
             + self.bodies
             + self.promql_cache
+            + self.decoders
         )
 
     def describe(self) -> str:
@@ -76,7 +84,8 @@ class MemoryBudget:
             f"({SNAPSHOT_LIMIT_FLUSHES} x flush_max_bytes) + queue {_mib(self.queue)} "
             f"(queue_max_bytes) + bodies {_mib(self.bodies)} "
             f"(max_body_bytes x {INGEST_THREADS + 1}) + PromQL cache "
-            f"{_mib(self.promql_cache)} (promql_cache_bytes)"
+            f"{_mib(self.promql_cache)} (promql_cache_bytes) + decoding processes "
+            f"{_mib(self.decoders)} ({_mib(DECODE_PROCESS_BYTES)} x decode_processes)"
         )
 
 
@@ -93,6 +102,7 @@ def memory_budget(config: Config) -> MemoryBudget:
         queue=int(config.queue_max_bytes),
         bodies=int(config.max_body_bytes) * (INGEST_THREADS + 1),
         promql_cache=int(config.promql_cache_bytes),
+        decoders=DECODE_PROCESS_BYTES * int(config.decode_processes),
     )
 
 

@@ -35,11 +35,13 @@ from shoal.api.auth import Authenticator, TokenStore
 from shoal.api.ingest_handler import IngestHandler
 from shoal.api.otlp_grpc import create_server
 from shoal.config import Config
+from shoal.decoding import DecodeRunner, ThreadDecoder
 from shoal.errors import ConfigError
 from shoal.pgwire.server import PgServer
 from shoal.promql import mapping
 from shoal.query.service import QueryService
 from shoal.server import http, preflight, records
+from shoal.server.decoders import ProcessDecoder
 from shoal.server.flusher import Flusher
 from shoal.server.ingestor import Ingestor
 from shoal.server.preflight import INGEST_THREADS, SNAPSHOT_LIMIT_FLUSHES
@@ -115,7 +117,8 @@ class ServerRuntime:
             allow_anonymous=is_loopback(config.bind) or bool(config.insecure),
         )
         self.ingestor = Ingestor(self.queue, self.snapshot, on_fatal=self._fatal)
-        self.ingest = IngestHandler(self.ingestor, self.executor, self.metrics)
+        self.decoder: DecodeRunner = ThreadDecoder(self.executor)
+        self.ingest = IngestHandler(self.ingestor, self.decoder, self.metrics)
         self.metrics.bind_queue(lambda: self.queue.depth, lambda: self.queue.bytes)
         self.metrics.bind_snapshot(
             lambda: self.snapshot.rows, lambda: self.snapshot.bytes, self.snapshot.oldest_age_s
@@ -279,6 +282,12 @@ class ServerRuntime:
         stop = self._stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        if self.config.decode_processes:
+            # started first: their imports overlap the WAL replay
+            self.decoder = ProcessDecoder(
+                self.config.decode_processes, self.metrics.decode_process_restarts.inc
+            )
+            self.ingest.decoder = self.decoder
 
         app = create_app(
             AppServices(
@@ -398,6 +407,7 @@ class ServerRuntime:
         uv.should_exit = True
         with contextlib.suppress(asyncio.CancelledError, TimeoutError):
             await asyncio.wait_for(http_task, max(0.1, deadline - time.monotonic()))
+        await loop.run_in_executor(None, self.decoder.close)
         if self.flusher is not None and not fatal:
             flushed = await loop.run_in_executor(
                 None, self.flusher.shutdown, max(0.1, deadline - time.monotonic())
@@ -411,7 +421,6 @@ class ServerRuntime:
                 )
             except Exception:
                 logger.exception("closing the WAL failed")
-        self.executor.shutdown(wait=False, cancel_futures=True)
         if fatal:
             logger.critical("exiting after a fatal WAL error: %s", self._fatal_error)
             return EXIT_FATAL

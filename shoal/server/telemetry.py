@@ -89,6 +89,13 @@ _FAMILIES: tuple[_Family, ...] = (
         ("reason",),
     ),
     _Family(
+        "decode_process_restarts",
+        Counter,
+        "shoal_decode_process_restarts_total",
+        "Decoding processes started again after one exited (killed, out of memory, a crash); "
+        "the requests it held were answered 503, retryable.",
+    ),
+    _Family(
         "queue_requests",
         Gauge,
         "shoal_ingest_queue_requests",
@@ -232,6 +239,7 @@ class ServerMetrics:
     requests_total: Counter
     request_seconds: Histogram
     queue_overflow_total: Counter
+    decode_process_restarts: Counter
     queue_requests: Gauge
     queue_bytes: Gauge
     wal_fsync_seconds: Histogram

@@ -10,12 +10,15 @@ import pytest
 
 from loadtest import payloads
 from shoal.api.ingest_handler import IngestHandler
+from shoal.decoding import DecodeJob, ThreadDecoder
 from shoal.errors import DecodeError, OverloadedError, WalError
 from shoal.server import records
 from shoal.server.ingestor import Ingestor
 from shoal.server.queue import IngestQueue
 from shoal.storage.snapshot import Snapshot
 from shoal.wal import Wal
+
+METRICS = DecodeJob("metrics")
 
 
 class _Parts:
@@ -27,7 +30,7 @@ class _Parts:
         self.wal = Wal.open(tmp / "wal", fsync="always", on_durable=self.ingestor.on_durable)
         self.ingestor.open(self.wal)
         self.executor = ThreadPoolExecutor(2)
-        self.handler = IngestHandler(self.ingestor, self.executor)
+        self.handler = IngestHandler(self.ingestor, ThreadDecoder(self.executor))
 
     def close(self) -> None:
         self.executor.shutdown()
@@ -43,7 +46,7 @@ def test_concurrent_requests_are_durable_visible_and_released(tmp_path: Path) ->
     seen_before_ack: list[int] = []
 
     async def one(seed: int) -> None:
-        outcome = await parts.handler.ingest("acme", "metrics", _body(50, seed), json=False)
+        outcome = await parts.handler.ingest("acme", METRICS, _body(50, seed))
         assert (outcome.accepted, outcome.rejected) == (50, 0)
         # The rows were in the snapshot before the request was acknowledged.
         seen_before_ack.append(parts.snapshot.rows)
@@ -69,16 +72,16 @@ def test_refusals_reach_the_caller(tmp_path: Path) -> None:
     parts = _Parts(tmp_path, max_requests=1)
     try:
         with pytest.raises(DecodeError):
-            asyncio.run(parts.handler.ingest("acme", "metrics", b"\xff\xff\xff", json=False))
+            asyncio.run(parts.handler.ingest("acme", METRICS, b"\xff\xff\xff"))
         parts.queue.acquire(1)  # the one request slot is taken
         with pytest.raises(OverloadedError):
-            asyncio.run(parts.handler.ingest("acme", "metrics", _body(5, 1), json=False))
+            asyncio.run(parts.handler.ingest("acme", METRICS, _body(5, 1)))
         parts.queue.release(1)
-        empty = asyncio.run(parts.handler.ingest("acme", "metrics", b"", json=False))
+        empty = asyncio.run(parts.handler.ingest("acme", METRICS, b""))
         assert (empty.accepted, empty.rejected) == (0, 0)
         parts.wal.shutdown()
         with pytest.raises(WalError):
-            asyncio.run(parts.handler.ingest("acme", "metrics", _body(5, 2), json=False))
+            asyncio.run(parts.handler.ingest("acme", METRICS, _body(5, 2)))
         assert parts.snapshot.rows == 0
         assert parts.queue.depth == 0
     finally:
