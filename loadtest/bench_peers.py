@@ -1,6 +1,7 @@
 """shoal beside Prometheus and VictoriaMetrics on the same remote-write samples.
 
 ``python -m loadtest.bench_peers [--duration 20] [--repeat 2] [--workers 4]``
+(``--decode-only``: shoal's remote-write decoder alone, with and without its series cache)
 
 16,000 series, 1,000 samples per request (a thousand series, one sample each, the
 sixteen groups in turn, timestamps advancing each round). The bodies are encoded before
@@ -232,13 +233,51 @@ def _encoding(pool: Any) -> bool:
 SERVERS = ("prometheus", "victoria-metrics", "shoal (remote write)", "shoal (OTLP)")
 
 
+def decode_only(rounds: int = 8) -> None:
+    """Time shoal's remote-write decoder alone on the benchmark's bodies (one group of
+    1,000 series per request): without the series cache, and with it (the first round,
+    where every series is new, and the rounds after it)."""
+    from shoal.promwrite import decode as promwrite
+    from shoal.promwrite import snappy
+    from shoal.promwrite.known import KnownSeries
+
+    per_group = _rw_bodies(list(range(GROUPS)), range(rounds), 0)  # group after group
+    bodies = [  # round after round: bodies[:GROUPS] is the first round
+        snappy.decompress(per_group[g * rounds + r], 1 << 26)
+        for r in range(rounds)
+        for g in range(GROUPS)
+    ]
+    promwrite.decode(bodies[0], promwrite.V1, None)  # imports, descriptors
+    known = KnownSeries(200_000, 64 << 20)
+    for label, cache, part in (
+        ("without the cache", None, bodies),
+        ("with the cache, first round", known, bodies[:GROUPS]),
+        ("with the cache, later rounds", known, bodies[GROUPS:]),
+    ):
+        began = time.perf_counter()
+        for body in part:
+            promwrite.decode(body, promwrite.V1, cache)
+        per_request = (time.perf_counter() - began) / len(part)
+        us = per_request / PER_REQUEST * 1e6
+        print(
+            f"decode {label}: {per_request * 1e3:.2f} ms per request of {PER_REQUEST} "
+            f"samples ({us:.2f} us per sample, {len(part)} requests)"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench_peers")
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--servers", default=",".join(SERVERS))
+    parser.add_argument(
+        "--decode-only", action="store_true", help="time shoal's remote-write decoder alone"
+    )
     args = parser.parse_args(argv)
+    if args.decode_only:
+        decode_only()
+        return 0
     chosen = [s.strip() for s in args.servers.split(",")]
     results: dict[str, list[dict[str, float]]] = {s: [] for s in chosen}
     for repetition in range(args.repeat):
