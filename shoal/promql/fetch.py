@@ -305,23 +305,44 @@ def _name_codes(column: pa.ChunkedArray) -> tuple[list[str], np.ndarray]:
     return [str(x) for x in dictionary.to_pylist()], codes
 
 
-def _series_order(code: np.ndarray, sid: np.ndarray, tns: np.ndarray, names: bool) -> np.ndarray:
-    """Row order by (name, series id, time), stable.
+def _series_order(
+    code: np.ndarray, sid: np.ndarray, tns: np.ndarray, names: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Row order by (name, series id, time), stable; and code, sid and tns in that order.
 
-    Rows come as runs already in that order (each file's rows, the snapshot's), which
-    a stable sort by series id (and by name when there are several) keeps and exploits;
-    the times are then checked, and only rows that came in another order (two files
-    with points of one series over the same time) pay for a full sort."""
-    order = np.argsort(sid, kind="stable")
+    Rows come as runs already in that order (each file's rows, the snapshot's), so the
+    rows are cut into segments (a series' rows within one run) and only the segments
+    are sorted, by (name, series id, first time): a few per series instead of a row
+    each. The result is checked, and only rows that came in another order (two runs
+    with points of one series over the same time) pay for a full sort of the rows."""
+    n = len(sid)
+    cut = np.ones(n, dtype=bool)
+    cut[1:] = (sid[1:] != sid[:-1]) | (tns[1:] < tns[:-1])
     if names:
-        order = order[np.argsort(code[order], kind="stable")]
+        cut[1:] |= code[1:] != code[:-1]
+    starts = np.flatnonzero(cut)
+    lengths = np.diff(np.append(starts, n))
+    keys = (tns[starts], sid[starts], code[starts]) if names else (tns[starts], sid[starts])
+    by_segment = np.lexsort(keys)
+    if (by_segment[1:] > by_segment[:-1]).all():
+        order = np.arange(n, dtype=np.int64)  # already in order
+    else:
+        seg_starts, seg_lengths = starts[by_segment], lengths[by_segment]
+        placed = np.cumsum(seg_lengths) - seg_lengths
+        order = np.arange(n, dtype=np.int64) + np.repeat(seg_starts - placed, seg_lengths)
     c, s, t = code[order], sid[order], tns[order]
-    backwards = (c[1:] == c[:-1]) & (s[1:] == s[:-1]) & (t[1:] < t[:-1])
-    if not backwards.any():
-        return order
-    keys = pa.table({"c": code, "s": sid, "t": tns})
-    full = pc.sort_indices(keys, [("c", "ascending"), ("s", "ascending"), ("t", "ascending")])
-    return np.asarray(full.to_numpy(), dtype=np.int64)
+    same = (c[1:] == c[:-1]) & (s[1:] == s[:-1])
+    # a join of two segments of one series must go strictly forward in time (an equal
+    # time there could belong in another place among the rows it ties with)
+    joins = np.zeros(n, dtype=bool)
+    joins[np.cumsum(lengths[by_segment])[:-1]] = True
+    back = same & ((t[1:] < t[:-1]) | (joins[1:] & (t[1:] == t[:-1])))
+    if not back.any():
+        return order, c, s, t
+    table = pa.table({"c": code, "s": sid, "t": tns})
+    full = pc.sort_indices(table, [("c", "ascending"), ("s", "ascending"), ("t", "ascending")])
+    order = np.asarray(full.to_numpy(), dtype=np.int64)
+    return order, code[order], sid[order], tns[order]
 
 
 def to_series(
@@ -345,8 +366,7 @@ def to_series(
     dictionary, name_code = _name_codes(table.column("metric_name"))
     sid = np.asarray(table.column("series_id").to_numpy(), dtype=np.int64)
     tns = np.asarray(table.column("time_unix_nano").to_numpy(), dtype=np.int64)
-    order = _series_order(name_code, sid, tns, len(dictionary) > 1)
-    name_code, sid, tns = name_code[order], sid[order], tns[order]
+    order, name_code, sid, tns = _series_order(name_code, sid, tns, len(dictionary) > 1)
     change = np.ones(n, dtype=bool)
     change[1:] = (name_code[1:] != name_code[:-1]) | (sid[1:] != sid[:-1])
     starts = np.flatnonzero(change)

@@ -7,10 +7,12 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shoal.query.samples import _decode
 from shoal.query.service import QueryService
 
 from .helpers import BASE_US, HOUR_US, Harness, metric_rows
@@ -197,3 +199,21 @@ def test_a_tenant_never_reads_another_tenants_kept_rows(harness: Harness) -> Non
     assert _rows(theirs) == _rows(their_sql) and _rows(theirs) != mine
     assert len(mine) == len(_rows(theirs)) == 890
     svc.shutdown()
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(names=st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=60))
+def test_a_file_not_sorted_by_name_reads_the_same_rows(
+    tmp_path_factory: pytest.TempPathFactory, names: list[str]
+) -> None:
+    # files the flusher writes are sorted by name (one range per name, sliced); an
+    # imported file need not be (its rows are filtered): both give each name's rows
+    path = tmp_path_factory.mktemp("unsorted") / "f.parquet"
+    table = pa.table({"metric_name": names, "value": [float(i) for i in range(len(names))]})
+    pq.write_table(table, path, row_group_size=7)
+    got = _decode(str(path), ["a", "b", "c"], ("value",))
+    for name in ("a", "b", "c"):
+        expected = [float(i) for i, n in enumerate(names) if n == name]
+        assert got[name].column("value").to_pylist() == expected
