@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shoal.query.samples import _decode
+from shoal.query.samples import FileSlices, _decode, _pack, _unpack
 from shoal.query.service import QueryService
 
 from .helpers import BASE_US, HOUR_US, Harness, metric_rows
@@ -217,3 +217,38 @@ def test_a_file_not_sorted_by_name_reads_the_same_rows(
     for name in ("a", "b", "c"):
         expected = [float(i) for i, n in enumerate(names) if n == name]
         assert got[name].column("value").to_pylist() == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    runs=st.lists(st.tuples(st.integers(-3, 3), st.integers(1, 40)), min_size=1, max_size=30),
+    nulls=st.booleans(),
+)
+def test_kept_slices_are_packed_and_unpacked_to_the_same_rows(
+    runs: list[tuple[int, int]], nulls: bool
+) -> None:
+    # series ids and start times repeat over a series' points, flags are mostly 0,
+    # every row of a histogram has the same bounds: packed, they take less room
+    ids = [v for v, n in runs for _ in range(n)]
+    rows = len(ids)
+    table = pa.table(
+        {
+            "series_id": pa.array(ids, pa.int64()),
+            "start_time_unix_nano": pa.array(
+                [None if nulls and v < 0 else v * 1000 for v in ids], pa.int64()
+            ),
+            "flags": pa.array([0] * rows, pa.int64()),
+            "value": pa.array([float(i) for i in range(rows)]),
+            "explicit_bounds": pa.array([[0.1, 1.0, 10.0]] * rows, pa.list_(pa.float64())),
+            "timestamp": pa.array(ids, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        }
+    )
+    packed = _pack(table)
+    assert packed.nbytes <= table.nbytes
+    if rows >= 64:
+        assert packed.nbytes * 2 <= table.nbytes  # the bounds and flags alone see to it
+    assert _unpack(packed).equals(table)
+    slices = FileSlices(1 << 20)
+    slices.put(("f", "m", ("x",)), table)
+    got = slices.get(("f", "m", ("x",)))
+    assert got is not None and got.equals(table)
