@@ -102,8 +102,13 @@ class ThreadDecoder:
 
 def run(job: DecodeJob, body: bytes, done: Done) -> None:
     """Decode and hand the outcome (or the error) to ``done``; never raises."""
+    hand_over(lambda: decode(job, body), done)
+
+
+def hand_over(outcome_of: Callable[[], Decoded], done: Done) -> None:
+    """Hand ``outcome_of()``, or what it raised, to ``done``; never raises."""
     try:
-        outcome: Decoded | BaseException = decode(job, body)
+        outcome: Decoded | BaseException = outcome_of()
     except BaseException as exc:
         outcome = exc
     try:

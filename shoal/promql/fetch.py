@@ -371,13 +371,12 @@ def to_series(
     change[1:] = (name_code[1:] != name_code[:-1]) | (sid[1:] != sid[:-1])
     starts = np.flatnonzero(change)
     ends = np.append(starts[1:], n)
-    flags = np.asarray(table.column("flags").to_numpy(), dtype=np.int64)[order]
-    start_ns = np.asarray(table.column("start_time_unix_nano").to_numpy(), dtype=np.int64)[order]
+    flags = np.asarray(table.column("flags").to_numpy(), dtype=np.int64)
     # per series below: views into these, computed once for all rows
     tms = tns // 1_000_000
-    stale_all = (flags & STALE_FLAG) != 0
-    start_ms = start_ns // 1_000_000
-    restart = restarts(tms, start_ns, start_ms, change)
+    stale_all = ((flags & STALE_FLAG) != 0)[order]  # a byte per row to gather, not eight
+    # start times matter for counters and histograms only: gathered at the first one
+    start_ms = restart = np.zeros(0, dtype=np.int64)
     wanted_set = set(wanted) if wanted is not None else None
     out = _Collector()
     buckets: _Buckets | None = None
@@ -400,6 +399,11 @@ def to_series(
                 or (info.metric_type == "sum" and info.monotonic)
             )
         )
+        if cumulative and not len(restart):
+            start_ns = table.column("start_time_unix_nano").to_numpy()
+            start_ns = np.asarray(start_ns, dtype=np.int64)[order]
+            start_ms = start_ns // 1_000_000
+            restart = restarts(tms, start_ns, start_ms, change)
         if cumulative and restart[a:b].any():
             emit.zeros = start_ms[a:b][restart[a:b]]
         if info.metric_type in ("gauge", "sum"):

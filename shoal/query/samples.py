@@ -37,6 +37,10 @@ from shoal.storage.types import ScanFile
 NAME = "metric_name"
 TIME = "time_unix_nano"
 
+PACK_MIN_ROWS = 256
+"""Slices smaller than this are kept plain: they save little, and expanding costs
+the same few calls whatever the size."""
+
 _Key = tuple[object, str, tuple[str, ...]]
 """(a file's path, or a snapshot run's identity), a metric name, the columns."""
 
@@ -64,7 +68,10 @@ class FileSlices:
         return _unpack(table)
 
     def put(self, key: _Key, table: pa.Table) -> None:
-        table = _pack(table)
+        if self.bytes + table.nbytes > self.max_bytes // 2:
+            # room is getting short: keep it run-end encoded (expanding it on every
+            # read costs tens of microseconds, worth paying only when memory is short)
+            table = _pack(table)
         size = table.nbytes
         if size > self.max_bytes:
             return
@@ -86,7 +93,7 @@ def _pack(table: pa.Table) -> pa.Table:
     start time over its points, flags that are all 0, the same bucket bounds on every
     row) run-end encoded, when that at least halves it: a cached slice then takes
     about half the memory, so twice the rows stay kept."""
-    if table.num_rows < 64:
+    if table.num_rows < PACK_MIN_ROWS:
         return table
     columns = []
     for column in table.columns:

@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from shoal.decoding import Decoded, DecodeJob, Done, decode
+from shoal.decoding import Decoded, DecodeJob, Done, decode, hand_over
 from shoal.errors import DecoderLostError, ShuttingDownError
 from shoal.server import records
 
@@ -208,20 +208,14 @@ class _Worker:
 
 
 def _deliver(done: Done, error: Any, counts: Any, payload: bytes) -> None:
-    try:
-        outcome: Decoded | BaseException
+    def outcome() -> Decoded:
         if error is not None:
-            outcome = _rebuild(error)
-        else:
-            rows, rejected, errors, samples, exemplars = counts
-            table = records.decode(payload)[2] if rows else _EMPTY
-            outcome = Decoded(table, rejected, errors, samples, exemplars, payload or None)
-    except BaseException as exc:
-        outcome = exc
-    try:
-        done(outcome)
-    except BaseException:
-        logger.exception("ingest failed after decoding")
+            raise _rebuild(error)
+        rows, rejected, errors, samples, exemplars = counts
+        table = records.decode(payload)[2] if rows else _EMPTY
+        return Decoded(table, rejected, errors, samples, exemplars, payload or None)
+
+    hand_over(outcome, done)
 
 
 class ProcessDecoder:

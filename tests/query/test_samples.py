@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shoal.query.samples import FileSlices, _decode, _pack, _unpack
+from shoal.query.samples import PACK_MIN_ROWS, FileSlices, _decode, _pack, _unpack
 from shoal.query.service import QueryService
 
 from .helpers import BASE_US, HOUR_US, Harness, metric_rows
@@ -222,14 +222,15 @@ def test_a_file_not_sorted_by_name_reads_the_same_rows(
 @settings(max_examples=80, deadline=None)
 @given(
     runs=st.lists(st.tuples(st.integers(-3, 3), st.integers(1, 40)), min_size=1, max_size=30),
+    scale=st.sampled_from([1, 150]),
     nulls=st.booleans(),
 )
 def test_kept_slices_are_packed_and_unpacked_to_the_same_rows(
-    runs: list[tuple[int, int]], nulls: bool
+    runs: list[tuple[int, int]], scale: int, nulls: bool
 ) -> None:
     # series ids and start times repeat over a series' points, flags are mostly 0,
     # every row of a histogram has the same bounds: packed, they take less room
-    ids = [v for v, n in runs for _ in range(n)]
+    ids = [v for v, n in runs for _ in range(n * scale)]
     rows = len(ids)
     table = pa.table(
         {
@@ -245,10 +246,11 @@ def test_kept_slices_are_packed_and_unpacked_to_the_same_rows(
     )
     packed = _pack(table)
     assert packed.nbytes <= table.nbytes
-    if rows >= 64:
+    if rows >= PACK_MIN_ROWS:
         assert packed.nbytes * 2 <= table.nbytes  # the bounds and flags alone see to it
     assert _unpack(packed).equals(table)
-    slices = FileSlices(1 << 20)
+    slices = FileSlices(table.nbytes)  # over half full with it: kept packed
     slices.put(("f", "m", ("x",)), table)
+    assert slices.bytes == packed.nbytes
     got = slices.get(("f", "m", ("x",)))
     assert got is not None and got.equals(table)
