@@ -131,8 +131,17 @@ def compute(
         named = series_keys(values.take(pa.array(group_codes[present]))).to_pylist()
         for i, text in zip(np.flatnonzero(present).tolist(), named, strict=True):
             texts[i] = str(text)
+    # a flush usually holds one bucket of each series: those share one bitmap per bucket
+    # (frozen, so sharing is safe), instead of a bitmap built per series
+    single: dict[int, FrozenBitMap] = {}
+    firsts = bucket_of[starts].tolist()
     for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
-        bitmap = FrozenBitMap(bucket_of[lo:hi])
+        if hi - lo == 1:
+            bitmap = single.get(firsts[i])
+            if bitmap is None:
+                bitmap = single[firsts[i]] = FrozenBitMap([firsts[i]])
+        else:
+            bitmap = FrozenBitMap(bucket_of[lo:hi])
         known = per_series.get(texts[i])
         per_series[texts[i]] = bitmap if known is None else known | bitmap
     return Coverage(bucket_s, whole, per_series)
@@ -164,7 +173,14 @@ def union(items: Iterable[Coverage], bucket_s: int) -> Coverage:
 
 def encode(cov: Coverage) -> bytes:
     keys = sorted(cov.series)
-    blobs = [cov.buckets.serialize(), *[cov.series[k].serialize() for k in keys]]
+    serialized: dict[int, bytes] = {}  # shared bitmaps (see compute) serialized once
+    blobs = [cov.buckets.serialize()]
+    for k in keys:
+        bitmap = cov.series[k]
+        blob = serialized.get(id(bitmap))
+        if blob is None:
+            blob = serialized[id(bitmap)] = bitmap.serialize()
+        blobs.append(blob)
     header = json.dumps(
         {"bucket_s": cov.bucket_s, "sizes": [len(b) for b in blobs], "series": keys},
         separators=(",", ":"),
