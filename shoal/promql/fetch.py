@@ -246,7 +246,9 @@ class _Floats:
     def _column(self, name: str) -> np.ndarray:
         values = self.columns.get(name)
         if values is None:
-            column = pc.cast(self.table.column(name), pa.float64())
+            column = self.table.column(name)
+            if column.type != pa.float64():
+                column = pc.cast(column, pa.float64())
             values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
             self.columns[name] = values
         return values
@@ -330,8 +332,9 @@ def _series_order(
         seg_starts, seg_lengths = starts[by_segment], lengths[by_segment]
         placed = np.cumsum(seg_lengths) - seg_lengths
         order = np.arange(n, dtype=np.int64) + np.repeat(seg_starts - placed, seg_lengths)
-    c, s, t = code[order], sid[order], tns[order]
-    same = (c[1:] == c[:-1]) & (s[1:] == s[:-1])
+    c = code[order] if names else code  # one name: every code is the same
+    s, t = sid[order], tns[order]
+    same = (c[1:] == c[:-1]) & (s[1:] == s[:-1]) if names else s[1:] == s[:-1]
     # a join of two segments of one series must go strictly forward in time (an equal
     # time there could belong in another place among the rows it ties with)
     joins = np.zeros(n, dtype=bool)

@@ -137,7 +137,7 @@ def latest_values(
     if not lives:
         return [], np.zeros((0, len(eff))), np.zeros((0, len(eff)), dtype=bool)
     lengths = np.array([len(s.t) for s in lives], dtype=np.int64)
-    t = np.concatenate([s.t for s in lives]).astype(np.int64)
+    t = np.concatenate([s.t for s in lives]).astype(np.int64, copy=False)
     base = int(t.min())
     span = int(t.max()) - base + 2
     if span * len(lives) >= 2**62:
@@ -151,7 +151,7 @@ def latest_values(
     keys = np.repeat(np.arange(len(lives), dtype=np.int64) * span, lengths) + (t - base)
     row = (np.arange(len(lives), dtype=np.int64) * span)[:, None]
     high = np.clip(eff.astype(np.int64) - base, -1, span - 2)[None, :]
-    idx = np.searchsorted(keys, row + high, side="right").astype(np.int64) - 1
+    idx = np.searchsorted(keys, row + high, side="right").astype(np.int64, copy=False) - 1
     ok = idx >= starts[:, None]
     idx = np.maximum(idx, starts[:, None])
     ok &= t[idx] >= (eff - lookback_ms)[None, :]
@@ -164,7 +164,7 @@ def latest_values(
     if times:
         picked = t[idx] / 1000.0
     else:
-        picked = np.concatenate([s.v for s in lives]).astype(np.float64)[idx]
+        picked = np.concatenate([s.v for s in lives]).astype(np.float64, copy=False)[idx]
     if keep.all():
         return lives, picked, ok
     kept = [s for s, k in zip(lives, keep.tolist(), strict=True) if k]
