@@ -74,10 +74,6 @@ class KnownSeries:
         known = self._known
         return len(known.index) if known is not None else 0
 
-    def clear(self) -> None:
-        with self._lock:
-            self._known = None
-
     def rows(
         self, keys: list[bytes], build: Callable[[np.ndarray[Any, Any]], pa.Table]
     ) -> tuple[pa.Table, np.ndarray[Any, Any], np.ndarray[Any, Any]]:
