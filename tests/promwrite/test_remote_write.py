@@ -215,3 +215,37 @@ def test_a_real_prometheus_remote_writes_every_sample_once(
     assert not missing, missing
     different = [k for k in theirs_by if theirs_by[k] != ours_by[k]][:3]
     assert not different, [(k, theirs_by[k], ours_by[k]) for k in different]
+
+
+def test_each_token_writes_and_reads_its_own_tenant_only(tmp_path: Path) -> None:
+    # the same label set from two tenants (the decoder's series cache is shared by
+    # tenants): each reads back its own value, and a third tenant reads nothing
+    store = TokenStore(tmp_path / "data")
+    roles = frozenset({"ingest", "query"})
+    tokens = {name: store.create(name, roles)[0] for name in ("acme", "globex", "initech")}
+    server = ServerProcess(
+        tmp_path / "data",
+        env={"PYTHONPATH": str(REPO), "SHOAL_LOG_LEVEL": "warning"},
+        log_path=tmp_path / "server.log",
+    )
+    server.start()
+    try:
+        t_ms = int(time.time() * 1000) - 5_000
+        labels = {"__name__": "shared_gauge", "job": "node", "instance": "h1:9100"}
+        for tenant, value in (("acme", 1.0), ("globex", 2.0)):
+            body = remote_write.compress(remote_write.encode([(labels, [(t_ms, value)])]))
+            assert write(server, tokens[tenant], body)[0] == 204
+        query = [("query", "shared_gauge"), ("time", str(t_ms / 1000))]
+        for tenant, expected in (("acme", ["1"]), ("globex", ["2"]), ("initech", [])):
+            found = api(server.url, "/api/v1/query", query, tokens[tenant])["data"]["result"]
+            assert [r["value"][1] for r in found] == expected, tenant
+            request = urllib.request.Request(
+                server.url + "/api/v1/sql",
+                data=b"SELECT value FROM metrics WHERE metric_name = 'shared_gauge'",
+                headers={"Authorization": f"Bearer {tokens[tenant]}"},
+            )
+            with urllib.request.urlopen(request, timeout=30) as response:
+                rows = json.loads(response.read())["rows"]
+            assert [str(int(r[0])) for r in rows] == expected, tenant
+    finally:
+        server.kill()
