@@ -76,8 +76,15 @@ class Written:
 
 
 _DECODER = ProtoArrow(
-    lambda: [proto.V1_FILE.SerializeToString(), proto.V2_FILE.SerializeToString()]
+    lambda: [
+        proto.V1_FILE.SerializeToString(),
+        proto.V2_FILE.SerializeToString(),
+        proto.V1_RAW_FILE.SerializeToString(),
+    ]
 )
+_RAW_KEY = b"\xfc"
+"""First byte of the keys made from a 1.0 series' label bytes: a byte UTF-8 never holds,
+so no key made from decoded labels (which start with a label name) is one of them."""
 
 
 _KNOWN = KnownSeries(max_series=200_000, max_bytes=64 << 20)
@@ -89,6 +96,10 @@ def decode(body: bytes, message: str, known: KnownSeries | None = _KNOWN) -> Wri
 
     The columns of each distinct label set come from ``known`` when it has them
     (``None``: work every series out)."""
+    if known is not None and message == V1:
+        seen = _decode_v1_raw(body, known)
+        if seen is not None:
+            return seen
     batch = _DECODER.batch(message, body, f"body is not a valid {message}")
     series = batch.column("timeseries").flatten()
     n = len(series)
@@ -127,6 +138,52 @@ def decode(body: bytes, message: str, known: KnownSeries | None = _KNOWN) -> Wri
     else:
         table, rows, named = known.rows(_keys(labels, n, key_extra), build)
     return _rows(series, table, rows, named, created, symbols)
+
+
+def _decode_v1_raw(body: bytes, known: KnownSeries) -> Written | None:
+    """A 1.0 request decoded from its samples and the encoded bytes of its labels, which
+    key the series cache; a series not yet cached is worked out from the request decoded
+    in full. None for a request this does not cover (no series, metadata, exemplars,
+    histograms, or bytes that are not a request): the full decoder takes it."""
+    try:
+        batch = _DECODER.batch(proto.V1_RAW, body, "")
+    except DecodeError:
+        return None
+    series = batch.column("timeseries").flatten()
+    n = len(series)
+    if (
+        not n
+        or len(batch.column("metadata")[0].values)
+        or pc.max(pc.list_value_length(series.field("exemplars"))).as_py()
+        or pc.max(pc.list_value_length(series.field("histograms"))).as_py()
+    ):
+        return None
+
+    def build(positions: np.ndarray[Any, Any]) -> pa.Table:
+        full = _DECODER.batch(V1, body, f"body is not a valid {V1}")
+        labels = _v1(full.column("timeseries").flatten())
+        subset = labels if len(positions) == n else labels.subset(positions, n)
+        return _series_columns(subset, len(positions), lambda names: [Meta()] * len(names))
+
+    table, rows, named = known.rows(_raw_keys(series.field("labels"), n), build)
+    return _rows(series, table, rows, named, np.zeros(n, dtype=np.int64), None)
+
+
+def _raw_keys(labels: pa.ListArray, n: int) -> list[bytes]:
+    """Per series, the encoded bytes of its labels, then each label's length: two label
+    lists whose bytes run together alike still differ in where each label ends."""
+    flat = labels.flatten().cast(pa.binary())
+    offsets = pa.array(_offsets(_owners(labels), n))
+    lengths = np.asarray(pc.binary_length(flat).to_numpy(), dtype="<u4")
+    ends = pa.Array.from_buffers(pa.binary(4), len(lengths), [None, pa.py_buffer(lengths)])
+    keys = pc.binary_join_element_wise(
+        _RAW_KEY,
+        pc.binary_join(pa.ListArray.from_arrays(offsets, flat), b""),
+        pc.binary_join(pa.ListArray.from_arrays(offsets, ends.cast(pa.binary())), b""),
+        b"",
+    )
+    out: list[bytes] = keys.to_pylist()
+    return out
 
 
 @dataclasses.dataclass
@@ -448,7 +505,7 @@ def _rows(
     values = flat.field("value").to_numpy(zero_copy_only=False)[take]
     t_ms = flat.field("timestamp").to_numpy(zero_copy_only=False)[take].astype(np.int64)
     n = len(owner)
-    gathered = table.take(pa.array(rows[owner]))
+    gathered = _gather(table, rows[owner])
     columns: dict[str, pa.Array | pa.ChunkedArray] = dict(
         zip(gathered.column_names, gathered.columns, strict=True)
     )
@@ -472,6 +529,22 @@ def _rows(
     out = [columns[f.name] if f.name in columns else nulls(n, f.type) for f in METRICS_SCHEMA]
     result = pa.Table.from_arrays(out, schema=METRICS_SCHEMA)
     return Written(DecodeResult(result, n, rejected, errors), n, exemplar_count)
+
+
+def _gather(table: pa.Table, positions: np.ndarray[Any, Any]) -> pa.Table:
+    """Rows ``positions`` of ``table``: a slice, not a copy, when they are consecutive rows
+    of one chunk, else taken.
+
+    The cache keeps new series in the order a request brought them, so a sender that sends
+    the same series in the same order, request after request (a Prometheus shard does,
+    scrape after scrape), finds them consecutive. A slice shares the cache's buffers, so
+    what the rows hold is counted by their WAL payload, not their buffer sizes."""
+    n = len(positions)
+    if n and int(positions[-1]) - int(positions[0]) == n - 1 and np.all(np.diff(positions) == 1):
+        sliced = table.slice(int(positions[0]), n)
+        if sliced.column(0).num_chunks == 1:
+            return sliced
+    return table.take(pa.array(positions))
 
 
 def _exemplars(

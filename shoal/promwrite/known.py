@@ -14,6 +14,7 @@ its bounds it starts over empty; a request that saw the old one finishes with it
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -37,8 +38,8 @@ class _Known:
         self.index = {key: row for row, key in enumerate(keys)}
 
     def rows(self, keys: list[bytes]) -> np.ndarray[Any, np.dtype[np.int64]]:
-        get = self.index.get
-        return np.fromiter((get(k, -1) for k in keys), np.int64, len(keys))
+        # map over the builtin lookup: no Python frame per key
+        return np.array(list(map(self.index.get, keys, itertools.repeat(-1))), dtype=np.int64)
 
     def add(self, keys: list[bytes], table: pa.Table) -> None:
         """Append the rows of ``keys`` not yet present (the caller holds the lock)."""

@@ -101,6 +101,28 @@ V2_FILE = _file(
     },
 )
 
+V1_RAW_FILE = _file(
+    "prometheus.raw",
+    {
+        "WriteRequest": [
+            ("timeseries", 1, _F.TYPE_MESSAGE, True, ".prometheus.raw.TimeSeries"),
+            ("metadata", 3, _F.TYPE_BYTES, True),
+        ],
+        "TimeSeries": [
+            ("labels", 1, _F.TYPE_BYTES, True),
+            ("samples", 2, _F.TYPE_MESSAGE, True, ".prometheus.raw.Sample"),
+            ("exemplars", 3, _F.TYPE_BYTES, True),
+            ("histograms", 4, _F.TYPE_BYTES, True),
+        ],
+        "Sample": [("value", 1, _F.TYPE_DOUBLE), ("timestamp", 2, _F.TYPE_INT64)],
+    },
+)
+"""1.0's ``WriteRequest`` with each label, exemplar and metadata entry left as its encoded
+bytes: the wire format is the same, and a request whose series were all seen before
+needs no more than its samples decoded and its label bytes as cache keys."""
+
+V1_RAW = "prometheus.raw.WriteRequest"
+
 V1_TYPES = {0: "unknown", 1: "counter", 2: "gauge", 3: "histogram", 4: "gaugehistogram",
             5: "summary", 6: "info", 7: "stateset"}  # fmt: skip
 """``MetricMetadata.type`` of 1.0 and ``Metadata.type`` of 2.0 (same numbers)."""

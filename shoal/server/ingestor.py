@@ -3,7 +3,7 @@
 :class:`Ingestor` implements :class:`shoal.ack.IngestSink`. On the
 worker thread that decoded it, a table is admitted to the bounded queue,
 encoded as a WAL payload and appended with the tag ``(tenant, table, rows,
-ack)``: the WAL's ``on_durable`` callback (:meth:`Ingestor.on_durable`) adds
+ack, bytes)``: the WAL's ``on_durable`` callback (:meth:`Ingestor.on_durable`) adds
 the rows to the snapshot without re-reading them and then resolves the whole
 group's acks at once. The queue slot is released when the WAL resolves the
 append, whatever the client does meanwhile.
@@ -33,10 +33,15 @@ class Appender(Protocol):
 
 
 class SnapshotSink(Protocol):
-    def add_many(self, records: Sequence[tuple[int, tuple[str, str, pa.Table]]]) -> None: ...
+    def add_many(
+        self,
+        records: Sequence[tuple[int, tuple[str, str, pa.Table]]],
+        sizes: Sequence[int | None] | None = None,
+    ) -> None: ...
 
 
-DurableTag = tuple[str, str, pa.Table, Ack]
+DurableTag = tuple[str, str, pa.Table, Ack, int]
+"""Tenant, table, rows, the request's ack and the bytes its rows hold."""
 
 
 class State(enum.Enum):
@@ -82,13 +87,14 @@ class Ingestor:
         self.check_admission()
         wal = self._wal
         assert wal is not None
-        # The sum of buffer sizes: microseconds, where Table.nbytes walks every value.
-        nbytes = table.get_total_buffer_size()
+        if payload is None:
+            payload = records.encode(tenant, signal, table)
+        # The payload's length is what the rows hold, also when they are slices of larger
+        # buffers (a decoder's cache), whose buffer sizes would count those whole.
+        nbytes = len(payload)
         self.queue.acquire(nbytes)
         try:
-            if payload is None:
-                payload = records.encode(tenant, signal, table)
-            tag: DurableTag = (tenant, signal, table, ack)
+            tag: DurableTag = (tenant, signal, table, ack, nbytes)
             future = wal.append(payload, rtype=records.RTYPE_ROWS, tag=tag)
         except BaseException as exc:
             self.queue.release(nbytes)
@@ -113,5 +119,7 @@ class Ingestor:
         and the group's acks wake each event loop once.
         """
         tagged = cast(Sequence[tuple[int, DurableTag]], items)
-        self._snapshot.add_many([(lsn, (t[0], t[1], t[2])) for lsn, t in tagged])
+        self._snapshot.add_many(
+            [(lsn, (t[0], t[1], t[2])) for lsn, t in tagged], [t[4] for _, t in tagged]
+        )
         resolve_acks((lsn, t[3]) for lsn, t in tagged)

@@ -102,16 +102,22 @@ class Snapshot:
     def add(self, tenant: str, table: str, lsn: int, data: pa.Table) -> None:
         self.add_many([(lsn, (tenant, table, data))])
 
-    def add_many(self, records: Iterable[tuple[int, tuple[str, str, pa.Table]]]) -> None:
-        """Append durable records in LSN order (the WAL's ``on_durable`` callback)."""
+    def add_many(
+        self,
+        records: Iterable[tuple[int, tuple[str, str, pa.Table]]],
+        sizes: Iterable[int | None] | None = None,
+    ) -> None:
+        """Append durable records in LSN order (the WAL's ``on_durable`` callback).
+
+        ``sizes`` are the bytes each record's rows hold, where the caller knows them
+        (rows that are slices of larger buffers); otherwise their buffer sizes count."""
         prepared = []
         now = time.monotonic()
-        for lsn, (tenant, table, data) in records:
+        records = list(records)
+        given = list(sizes) if sizes is not None else [None] * len(records)
+        for (lsn, (tenant, table, data)), size in zip(records, given, strict=True):
             batches = data.to_batches()
-            # Buffer sizes, not RecordBatch.nbytes: this runs on the WAL writer thread per
-            # request, and nbytes walks the values (40x slower for these schemas).
-            sizes = [b.get_total_buffer_size() for b in batches]
-            prepared.append((lsn, tenant, table, batches, sizes))
+            prepared.append((lsn, tenant, table, batches, _batch_sizes(batches, size)))
         with self._lock:
             for lsn, tenant, table, batches, sizes in prepared:
                 buf = self._tables.get((tenant, table))
@@ -201,3 +207,16 @@ class Snapshot:
                 oldest_age_s=0.0 if oldest is None else time.monotonic() - oldest,
                 last_lsn=self._last_lsn,
             )
+
+
+def _batch_sizes(batches: list[pa.RecordBatch], size: int | None) -> list[int]:
+    """Bytes per batch: ``size`` shared out by rows, or else each batch's buffer sizes
+    (not RecordBatch.nbytes: this runs on the WAL writer thread per request, and nbytes
+    walks the values, 40x slower for these schemas)."""
+    if size is None:
+        return [b.get_total_buffer_size() for b in batches]
+    rows = sum(b.num_rows for b in batches)
+    shares = [size * b.num_rows // max(rows, 1) for b in batches]
+    if shares:
+        shares[-1] += size - sum(shares)
+    return shares

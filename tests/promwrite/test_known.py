@@ -127,3 +127,44 @@ def test_a_refused_request_caches_nothing() -> None:
             decode(good + twice, V1, known)
     assert len(known) == 1
     _same(decode(good, V1, known).result.table, decode(good, V1, None).result.table)
+
+
+def test_label_bytes_that_run_together_alike_are_other_series() -> None:
+    """The cache key of a 1.0 series is its label bytes; where each label ends is part
+    of it. Here two series' labels are the same bytes end to end, cut apart elsewhere:
+    ``x=v, y=w`` against ``x=""`` and a label that sets value ``v``, name ``y``, then
+    value ``w`` (the last value counts, and an empty value is no label)."""
+    f, name = remote_write._field, remote_write._field(1, remote_write._label("__name__", "m"))
+    cut_one = [f(1, b"x") + f(2, b"v"), f(1, b"y") + f(2, b"w")]
+    cut_two = [f(1, b"x"), f(2, b"v") + f(1, b"y") + f(2, b"w")]
+    assert b"".join(cut_one) == b"".join(cut_two)
+    one, two = (
+        f(1, name + b"".join(f(1, label) for label in cut) + f(2, remote_write._sample(5, 1.0)))
+        for cut in (cut_one, cut_two)
+    )
+    known = KnownSeries(max_series=100, max_bytes=1 << 30)
+    for body, attributes in ((one, [("x", "v"), ("y", "w")]), (two, [("y", "w")])):
+        rows = decode(body, V1, known).result.table
+        _same(rows, decode(body, V1, None).result.table)
+        assert rows.column("attributes").to_pylist() == [attributes]
+    assert len(known) == 2
+
+
+def test_requests_in_the_same_order_share_the_cached_rows() -> None:
+    """A request that repeats an earlier one's series in the same order gets rows that
+    are a slice of the cache: one chunk per column, as every decoded table has, equal to
+    the rows worked out afresh."""
+    series = [(i, [1], 0) for i in (0, 1, 3, 4)]
+    known = KnownSeries(max_series=100, max_bytes=1 << 30)
+    decode(_body(series, False), V1, known)
+    assert known._known is not None
+    cache = known._known.table
+    again = _body([(s, [2], m) for s, _, m in series], False)
+    rows = decode(again, V1, known).result.table
+    _same(rows, decode(again, V1, None).result.table)
+    assert all(column.num_chunks == 1 for column in rows.columns)
+    shared = rows.column("attributes").chunk(0).buffers()[1]
+    assert (
+        shared is not None
+        and shared.address == cache.column("attributes").chunk(0).buffers()[1].address
+    )

@@ -86,3 +86,33 @@ def test_refusals_reach_the_caller(tmp_path: Path) -> None:
         assert parts.queue.depth == 0
     finally:
         parts.close()
+
+
+def test_rows_shared_with_the_series_cache_count_the_bytes_they_hold(tmp_path: Path) -> None:
+    """Remote-written rows of series seen before are slices of the decoder's cache; the
+    queue and the snapshot count them by their WAL payload, not by the cache's buffers."""
+    from loadtest import remote_write
+    from shoal.decoding import REMOTE_WRITE
+    from shoal.promwrite.decode import V1
+
+    def body(count: int, t_ms: int) -> bytes:
+        return remote_write.compress(
+            remote_write.encode(
+                ({"__name__": "m", "shard": str(i)}, [(t_ms, 1.0)]) for i in range(count)
+            )
+        )
+
+    job = DecodeJob("metrics", REMOTE_WRITE, V1, 1 << 26)
+    parts = _Parts(tmp_path)
+    try:
+        for count, t_ms in ((4000, 1), (100, 2), (100, 3)):
+            outcome = asyncio.run(parts.handler.ingest("acme", job, body(count, t_ms)))
+            assert outcome.accepted == count
+        payloads = [r.payload for r in parts.wal.replay(0)]
+        assert parts.snapshot.bytes == sum(len(p) for p in payloads)
+        # what the buffer sizes would have said: the 4,000 series' cache rows, three times
+        held = [b.batch.get_total_buffer_size() for b in parts.snapshot.batches("acme")["metrics"]]
+        assert min(held[1:]) > 2 * max(len(p) for p in payloads[1:])
+        assert parts.queue.wait_empty(5) and parts.queue.bytes == 0
+    finally:
+        parts.close()

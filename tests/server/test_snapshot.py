@@ -42,3 +42,16 @@ def test_note_lsn_and_empty_stats() -> None:
     assert snap.take() == (7, {})
     assert snap.oldest_age_s() == 0.0
     assert snap.batches("nobody") == {}
+
+
+def test_given_sizes_count_instead_of_buffer_sizes() -> None:
+    """A record's size, when given, is what it counts, shared out over its batches by rows
+    and given back whole when it is dropped."""
+    snap = Snapshot()
+    two_batches = pa.Table.from_batches(_rows(6).to_batches() + _rows(2).to_batches())
+    snap.add_many(
+        [(1, ("a", "metrics", two_batches)), (2, ("a", "metrics", _rows(3)))], [800, None]
+    )
+    assert snap.bytes == 800 + _rows(3).get_total_buffer_size()
+    snap.drop_through("a", "metrics", 1)
+    assert snap.bytes == _rows(3).get_total_buffer_size() and snap.rows == 3
