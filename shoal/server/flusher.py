@@ -133,7 +133,7 @@ class Flusher:
                 self._snapshot.drop_through(tenant, table, lsn)
                 seconds = time.perf_counter() - started
                 self._metrics.flushed(
-                    tenant, table, data.num_rows, data.nbytes, seconds,
+                    tenant, table, data.num_rows, sum(b.nbytes for b in batches), seconds,
                     result.version if result is not None else None,
                 )  # fmt: skip
                 logger.debug(

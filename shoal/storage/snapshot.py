@@ -30,6 +30,8 @@ import pyarrow as pa
 class LsnBatch(NamedTuple):
     lsn: int
     batch: pa.RecordBatch
+    nbytes: int = 0
+    """What the batch counts in the snapshot's bytes."""
 
 
 class SnapshotSource(Protocol):
@@ -73,7 +75,6 @@ class MemorySnapshot:
 class _TableBuffer:
     batches: list[LsnBatch] = dataclasses.field(default_factory=list)
     added_at: list[float] = dataclasses.field(default_factory=list)
-    sizes: list[int] = dataclasses.field(default_factory=list)
     rows: int = 0
     nbytes: int = 0
 
@@ -124,9 +125,8 @@ class Snapshot:
                 if buf is None:
                     buf = self._tables[(tenant, table)] = _TableBuffer()
                 for batch, size in zip(batches, sizes, strict=True):
-                    buf.batches.append(LsnBatch(lsn, batch))
+                    buf.batches.append(LsnBatch(lsn, batch, size))
                     buf.added_at.append(now)
-                    buf.sizes.append(size)
                     buf.rows += batch.num_rows
                     buf.nbytes += size
                     self._rows += batch.num_rows
@@ -156,8 +156,8 @@ class Snapshot:
             while cut < len(buf.batches) and buf.batches[cut].lsn <= lsn:
                 cut += 1
             rows = int(sum(b.batch.num_rows for b in buf.batches[:cut]))
-            nbytes = sum(buf.sizes[:cut])
-            del buf.batches[:cut], buf.added_at[:cut], buf.sizes[:cut]
+            nbytes = sum(b.nbytes for b in buf.batches[:cut])
+            del buf.batches[:cut], buf.added_at[:cut]
             buf.rows -= rows
             buf.nbytes -= nbytes
             self._rows -= rows

@@ -168,3 +168,16 @@ def test_requests_in_the_same_order_share_the_cached_rows() -> None:
         shared is not None
         and shared.address == cache.column("attributes").chunk(0).buffers()[1].address
     )
+
+
+def test_requests_cut_elsewhere_copy_the_cached_runs() -> None:
+    """A request that holds the tail of an earlier order and then its head (a sender that
+    cuts the same series into requests at shifting points) gets the two runs copied into
+    one chunk per column."""
+    series = [(i, [1], 0) for i in range(len(LABEL_SETS))]
+    known = KnownSeries(max_series=100, max_bytes=1 << 30)
+    decode(_body(series, False), V1, known)
+    shifted = _body([(s, [2], m) for s, _, m in series[5:] + series[:3]], False)
+    rows = decode(shifted, V1, known).result.table
+    _same(rows, decode(shifted, V1, None).result.table)
+    assert all(column.num_chunks == 1 for column in rows.columns)
