@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import importlib.util
 import multiprocessing as mp
 import shutil
 import statistics
@@ -31,14 +32,18 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pyarrow as pa
+import pyarrow.compute
 
 from loadtest import payloads, remote_write
-from loadtest.ingest import ServerProcess, free_port
+from loadtest.ingest import ServerProcess, directory_bytes, free_port
 from loadtest.prometheus import Prometheus
 
 SERIES = 16_000
 PER_REQUEST = 1_000
 GROUPS = SERIES // PER_REQUEST
+MIN_BACKOFF_S = 0.03
+MAX_BACKOFF_S = 1.0
 
 
 def _rw_bodies(groups: list[int], rounds: range, t0_ms: int) -> list[bytes]:
@@ -92,7 +97,7 @@ def _otlp_bodies(groups: list[int], rounds: range, t0_ms: int) -> list[bytes]:
     return out
 
 
-def _sender(args: tuple[Any, ...]) -> tuple[int, list[float]]:
+def _sender(args: tuple[Any, ...]) -> tuple[int, list[float], int]:
     port, path, headers, kind, worker, workers, rounds, start, duration, t0_ms = args
     encode = _rw_bodies if kind == "rw" else _otlp_bodies
     # each worker its own groups, round after round: samples of a series stay in order
@@ -104,19 +109,28 @@ def _sender(args: tuple[Any, ...]) -> tuple[int, list[float]]:
     latencies: list[float] = []
     sent = 0
     deadline = time.monotonic() + duration
+    retries = 0
     for body in bodies:
         if time.monotonic() >= deadline:
             break
         began = time.perf_counter()
-        conn.request("POST", path, body=body, headers=headers)
-        response = conn.getresponse()
-        response.read()
+        backoff = MIN_BACKOFF_S
+        while True:
+            conn.request("POST", path, body=body, headers=headers)
+            response = conn.getresponse()
+            response.read()
+            if response.status not in (429, 503):
+                break
+            # as Prometheus' sender does: retry with a backoff that doubles, from 30 ms
+            retries += 1
+            time.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
         if response.status >= 300:
             raise RuntimeError(f"{kind} answered {response.status}")
         latencies.append((time.perf_counter() - began) * 1000)
         sent += PER_REQUEST
     conn.close()
-    return sent, latencies
+    return sent, latencies, retries
 
 
 def _watch(pid: int, stop: threading.Event, peak: list[int]) -> None:
@@ -135,6 +149,32 @@ def _watch(pid: int, stop: threading.Event, peak: list[int]) -> None:
 def _cpu(pid: int) -> float:
     times = psutil.Process(pid).cpu_times()
     return float(times.user + times.system)
+
+
+def _table_bytes(data_dir: Path) -> float:
+    """The bytes of the Parquet files the ``metrics`` tables' Delta logs hold."""
+    from deltalake import DeltaTable
+
+    total = 0
+    for table in (data_dir / "tenants").glob("*/metrics"):
+        actions = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True))
+        total += int(pa.compute.sum(actions.column("size_bytes")).as_py() or 0)
+    return float(total)
+
+
+def _compacted_bytes(data_dir: Path) -> float:
+    """``shoal compact`` on the stopped server's data dir (Spark, local mode), then
+    :func:`_table_bytes`; NaN where PySpark is not installed."""
+    if importlib.util.find_spec("pyspark") is None:
+        return float("nan")
+    shoal = Path(sys.executable).with_name("shoal")
+    subprocess.run(
+        [str(shoal), "compact", "--data-dir", str(data_dir)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return _table_bytes(data_dir)
 
 
 def _victoria(tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
@@ -161,11 +201,17 @@ def run_one(name: str, tmp: Path, duration: float, workers: int) -> dict[str, fl
     stop_server: Callable[[], None]
     rw_headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy",
                   "X-Prometheus-Remote-Write-Version": "0.1.0"}  # fmt: skip
+    # what the data takes on disk once flushed: (flushed, compacted) bytes; shoal alone
+    # compacts (the peers' own compaction runs hours later)
+    disk: Callable[[], tuple[float, float]]
     if name == "prometheus":
-        prom = Prometheus(tmp).start()
+        prom = Prometheus(tmp, admin=True).start()
         assert prom.proc is not None
         pid, port, path, headers, kind = prom.proc.pid, prom.port, "/api/v1/write", rw_headers, "rw"
         stop_server = prom.stop
+
+        def disk() -> tuple[float, float]:
+            return prom.snapshot_bytes(), float("nan")
     elif name == "victoria-metrics":
         proc, port = _victoria(tmp)
         pid, path, headers, kind = proc.pid, "/api/v1/write", rw_headers, "rw"
@@ -173,6 +219,11 @@ def run_one(name: str, tmp: Path, duration: float, workers: int) -> dict[str, fl
         def stop_server() -> None:
             proc.terminate()
             proc.wait(30)
+
+        def disk() -> tuple[float, float]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/internal/force_flush"):
+                pass
+            return directory_bytes(tmp / "vm"), float("nan")
     else:
         server = ServerProcess(tmp / "data", env={"SHOAL_LOG_LEVEL": "warning"}).start()
         assert server.proc is not None
@@ -182,6 +233,11 @@ def run_one(name: str, tmp: Path, duration: float, workers: int) -> dict[str, fl
         else:
             path, headers, kind = "/v1/metrics", {"Content-Type": "application/x-protobuf"}, "otlp"
         stop_server = server.kill
+
+        def disk() -> tuple[float, float]:
+            server.terminate()  # SIGTERM: the final flush
+            return _table_bytes(tmp / "data"), _compacted_bytes(tmp / "data")
+
     try:
         # at most 9.6M samples: a peer faster than that sends them all before the end
         rounds = min(max(2, int(duration * 1_000_000 / SERIES)), 600)
@@ -207,10 +263,11 @@ def run_one(name: str, tmp: Path, duration: float, workers: int) -> dict[str, fl
                 elapsed = time.monotonic() - began
                 cpu = _cpu(pid) - cpu0
                 stop.set()
+        flushed, compacted = disk()
     finally:
         stop_server()
-    samples = sum(s for s, _ in outcomes)
-    latencies = sorted(x for _, lat in outcomes for x in lat)
+    samples = sum(s for s, _, _ in outcomes)
+    latencies = sorted(x for _, lat, _ in outcomes for x in lat)
     return {
         "samples/s": samples / elapsed,
         "ack p50 ms": latencies[len(latencies) // 2],
@@ -218,6 +275,9 @@ def run_one(name: str, tmp: Path, duration: float, workers: int) -> dict[str, fl
         "CPU s per 1M samples": cpu / samples * 1e6,
         "server cores": cpu / elapsed,
         "peak RSS MB": peak[0] / 1e6,
+        "retried (429/503)": sum(r for _, _, r in outcomes),
+        "disk bytes per sample": flushed / samples,
+        "compacted": compacted / samples,
     }
 
 

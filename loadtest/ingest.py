@@ -65,6 +65,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def directory_bytes(path: Path) -> int:
+    """The bytes of the files under ``path``."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` distinct free ports (each socket stays bound until all are chosen: the kernel
     may hand out a port it just gave back)."""

@@ -4,6 +4,7 @@ remote-write sender (a configuration of the caller's)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -11,15 +12,17 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from loadtest.ingest import free_port
+from loadtest.ingest import directory_bytes, free_port
 
 
 class Prometheus:
-    def __init__(self, tmp: Path, config: str | None = None) -> None:
+    def __init__(self, tmp: Path, config: str | None = None, admin: bool = False) -> None:
         self.port = free_port()
         self.tmp = tmp
         self.config = config
         """prometheus.yml's text; ``{port}`` stands for this server's own port."""
+        self.admin = admin
+        """Whether the admin API (TSDB snapshots) is on."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -41,6 +44,7 @@ class Prometheus:
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--web.enable-remote-write-receiver",
                 "--storage.tsdb.retention.time=30d",
+                *(["--web.enable-admin-api"] if self.admin else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -58,6 +62,14 @@ class Prometheus:
                 pass
             time.sleep(0.2)
         raise RuntimeError("prometheus did not become ready")
+
+    def snapshot_bytes(self) -> int:
+        """Write the in-memory head to disk as a block (a TSDB snapshot, admin API) and
+        return the snapshot's size in bytes."""
+        request = urllib.request.Request(self.url + "/api/v1/admin/tsdb/snapshot", method="POST")
+        with urllib.request.urlopen(request, timeout=300) as resp:
+            name = json.loads(resp.read())["data"]["name"]
+        return directory_bytes(self.tmp / "tsdb" / "snapshots" / name)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -104,7 +104,7 @@ def decode(body: bytes, message: str, known: KnownSeries | None = _KNOWN) -> Wri
     batch = _DECODER.batch(message, body, f"body is not a valid {message}")
     series = batch.column("timeseries").flatten()
     n = len(series)
-    if n and pc.max(pc.list_value_length(series.field("histograms"))).as_py():
+    if n and _lengths(series.field("histograms")).any():
         raise DecodeError("native histograms are not supported")
     symbols: pa.Array | None = None
     if message == V2:
@@ -154,9 +154,9 @@ def _decode_v1_raw(body: bytes, known: KnownSeries) -> Written | None:
     n = len(series)
     if (
         not n
-        or len(batch.column("metadata")[0].values)
-        or pc.max(pc.list_value_length(series.field("exemplars"))).as_py()
-        or pc.max(pc.list_value_length(series.field("histograms"))).as_py()
+        or _lengths(batch.column("metadata")).any()
+        or _lengths(series.field("exemplars")).any()
+        or _lengths(series.field("histograms")).any()
     ):
         return None
 
@@ -172,18 +172,23 @@ def _decode_v1_raw(body: bytes, known: KnownSeries) -> Written | None:
 
 def _raw_keys(labels: pa.ListArray, n: int) -> list[bytes]:
     """Per series, the encoded bytes of its labels, then each label's length: two label
-    lists whose bytes run together alike still differ in where each label ends."""
-    flat = labels.flatten().cast(pa.binary())
-    offsets = pa.array(_offsets(_owners(labels), n))
-    lengths = np.asarray(pc.binary_length(flat).to_numpy(), dtype="<u4")
-    ends = pa.Array.from_buffers(pa.binary(4), len(lengths), [None, pa.py_buffer(lengths)])
-    keys = pc.binary_join_element_wise(
-        _RAW_KEY,
-        pc.binary_join(pa.ListArray.from_arrays(offsets, flat), b""),
-        pc.binary_join(pa.ListArray.from_arrays(offsets, ends.cast(pa.binary())), b""),
-        b"",
+    lists whose bytes run together alike still differ in where each label ends.
+
+    Both parts are views of the decoded buffers (a series' labels are contiguous bytes,
+    their lengths contiguous integers), joined once."""
+    flat = labels.flatten()
+    per_list = np.asarray(labels.offsets)
+    per_list = per_list - per_list[0]
+    bounds = np.frombuffer(flat.buffers()[1], np.int32)[flat.offset : flat.offset + len(flat) + 1]
+    data = flat.buffers()[2] or pa.py_buffer(b"")
+    together = pa.Array.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(bounds[per_list].astype(np.int32)), data]
     )
-    out: list[bytes] = keys.to_pylist()
+    lengths = pa.py_buffer(np.diff(bounds).astype("<u4"))
+    ends = pa.Array.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer((per_list * 4).astype(np.int32)), lengths]
+    )
+    out: list[bytes] = pc.binary_join_element_wise(_RAW_KEY, together, ends, b"").to_pylist()
     return out
 
 
@@ -300,8 +305,14 @@ def _symbols(symbols: pa.Array, refs: pa.Array) -> pa.Array:
     return symbols.take(refs)
 
 
+def _lengths(lists: pa.ListArray) -> np.ndarray[Any, Any]:
+    """Entries per list (none in a null list), read off the offsets."""
+    return np.diff(np.asarray(lists.offsets)).astype(np.int64)
+
+
 def _owners(lists: pa.ListArray) -> np.ndarray[Any, Any]:
-    return np.asarray(pc.list_parent_indices(lists).to_numpy(), dtype=np.int64)
+    """Per entry of the lists, the list it is in."""
+    return np.repeat(np.arange(len(lists), dtype=np.int64), _lengths(lists))
 
 
 def _names(labels: _Labels, n: int) -> list[str | None]:
@@ -473,7 +484,7 @@ def _constants(n: int) -> dict[str, pa.Array]:
     (arrays are immutable, so one set serves every request of that size)."""
     empty = empty_maps(n)
     zeros = pa.array(np.zeros(n, dtype=np.int64))
-    return {
+    return {f.name: nulls(n, f.type) for f in METRICS_SCHEMA} | {
         "attributes_types": empty,
         "metric_metadata_types": empty,
         "resource_attributes_types": empty,
@@ -482,6 +493,13 @@ def _constants(n: int) -> dict[str, pa.Array]:
         "scope_attributes_types": empty,
         "resource_dropped_attributes_count": zeros,
         "scope_dropped_attributes_count": zeros,
+        # defaults, replaced where a request holds other values
+        "start_time_unix_nano": zeros,
+        "start_timestamp": nulls(n, pa.timestamp("us", tz="UTC")),
+        "flags": zeros,
+        "exemplars": pa.ListArray.from_arrays(
+            pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], _EXEMPLARS.value_type)
+        ),
     }
 
 
@@ -496,7 +514,7 @@ def _rows(
     """The request's rows: series ``i``'s columns are row ``rows[i]`` of ``table``, repeated
     for its samples; the samples of series without a name are refused."""
     samples = series.field("samples")
-    counts = np.asarray(pc.list_value_length(samples).to_numpy(zero_copy_only=False))
+    counts = _lengths(samples)
     errors = [f"series {i}: no __name__ label" for i in np.flatnonzero(~named)[:10]]
     rejected = int(counts[~named].sum())
     owner = _owners(samples)
@@ -507,28 +525,31 @@ def _rows(
     t_ms = flat.field("timestamp").to_numpy(zero_copy_only=False)[take].astype(np.int64)
     n = len(owner)
     gathered = _gather(table, rows[owner])
-    columns: dict[str, pa.Array | pa.ChunkedArray] = dict(
-        zip(gathered.column_names, gathered.columns, strict=True)
-    )
-    stale = values.view(np.uint64) == np.uint64(STALE_NAN)
-    start = created_ms[owner] * 1_000_000
-    exemplars, exemplar_count = _exemplars(series, owner, counts, named, n, symbols)
-    columns.update(_constants(n))
+    # every column of the schema, in its order: nulls and constants, then this request's
+    columns: dict[str, pa.Array | pa.ChunkedArray] = dict(_constants(n))
+    columns.update(zip(gathered.column_names, gathered.columns, strict=True))
     columns.update(
         {
-            "start_time_unix_nano": pa.array(start),
             "timestamp": pa.array(t_ms * 1000, pa.timestamp("us", tz="UTC")),
             "time_unix_nano": pa.array(t_ms * 1_000_000),
-            "start_timestamp": pa.array(
-                start // 1000, pa.timestamp("us", tz="UTC"), mask=start <= 0
-            ),
-            "value": pa.array(np.where(stale, np.nan, values)),
-            "flags": pa.array(np.where(stale, NO_RECORDED_VALUE, 0).astype(np.int64)),
-            "exemplars": exemplars,
+            "value": pa.array(values),
         }
     )
-    out = [columns[f.name] if f.name in columns else nulls(n, f.type) for f in METRICS_SCHEMA]
-    result = pa.Table.from_arrays(out, schema=METRICS_SCHEMA)
+    # the columns most requests leave at their defaults are built only where they do not
+    stale = values.view(np.uint64) == np.uint64(STALE_NAN)
+    if stale.any():
+        columns["value"] = pa.array(np.where(stale, np.nan, values))
+        columns["flags"] = pa.array(np.where(stale, NO_RECORDED_VALUE, 0).astype(np.int64))
+    start = created_ms[owner] * 1_000_000
+    if start.any():
+        columns["start_time_unix_nano"] = pa.array(start)
+        columns["start_timestamp"] = pa.array(
+            start // 1000, pa.timestamp("us", tz="UTC"), mask=start <= 0
+        )
+    exemplars, exemplar_count = _exemplars(series, owner, counts, named, n, symbols)
+    if exemplar_count:
+        columns["exemplars"] = exemplars
+    result = pa.Table.from_arrays(list(columns.values()), schema=METRICS_SCHEMA)
     return Written(DecodeResult(result, n, rejected, errors), n, exemplar_count)
 
 
@@ -571,12 +592,10 @@ def _exemplars(
     symbols: pa.Array | None,
 ) -> tuple[pa.Array, int]:
     """The exemplars column: a series' exemplars on its last sample of the request."""
-    lengths = pc.list_value_length(series.field("exemplars")).to_numpy(zero_copy_only=False)
+    lengths = _lengths(series.field("exemplars"))
     with_any = np.flatnonzero((lengths > 0) & named & (counts > 0))
     if not len(with_any):
-        return pa.ListArray.from_arrays(
-            pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], _EXEMPLARS.value_type)
-        ), 0
+        return _constants(n)["exemplars"], 0
     rows: list[list[dict[str, Any]]] = [[] for _ in range(n)]
     last_row = {int(s): int(r) for r, s in enumerate(owner)}  # the last row of each series
     total = 0
