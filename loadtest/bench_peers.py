@@ -9,8 +9,15 @@ each run by the sender processes; then the senders post them as fast as they are
 acknowledged, over keep-alive connections, for ``--duration`` seconds. Each server
 (Debian's ``prometheus`` with its remote-write receiver, ``victoria-metrics``, and
 ``shoal serve`` by remote write and by OTLP/HTTP) starts on a fresh data dir, in turn,
-``--repeat`` times interleaved. Printed per run: samples/s, ack p50/p99, the server's
-CPU per million samples and its peak RSS; then the median per server.
+``--repeat`` times interleaved. A sender answered 429 or 503 retries the request after
+a backoff that doubles from 30 ms, as Prometheus' own sender does; a request's latency
+runs from its first attempt to its acknowledgement. Printed per run: samples/s, ack
+p50/p99, the server's CPU per million samples and its peak RSS; then the median per
+server, with the retries and the bytes on disk per sample: after a flush (Prometheus: a
+TSDB snapshot of its head; VictoriaMetrics: ``/internal/force_flush``; shoal: the final
+flush of a SIGTERM, the Parquet files its Delta logs hold) and, for shoal, after
+``shoal compact``. Last, shoal's CPU per sample by thread (psutil's thread times, the
+names from ``py-spy dump``).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import argparse
 import http.client
 import importlib.util
 import multiprocessing as mp
+import re
 import shutil
 import statistics
 import subprocess
@@ -151,6 +159,35 @@ def _cpu(pid: int) -> float:
     return float(times.user + times.system)
 
 
+THREADS: dict[str, list[dict[str, float]]] = {}
+"""Per server, per run: CPU µs per sample by thread (shoal's threads by name)."""
+
+
+def _thread_cpu(pid: int) -> dict[int, float]:
+    try:
+        return {t.id: t.user_time + t.system_time for t in psutil.Process(pid).threads()}
+    except psutil.Error:
+        return {}
+
+
+def _thread_names(pid: int) -> dict[int, str]:
+    """Thread id -> Python thread name, from ``py-spy dump`` (the [bench] extra)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    try:
+        out = subprocess.run(
+            [spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    names = {}
+    for line in out.splitlines():
+        found = re.match(r'Thread (0x[0-9a-fA-F]+|\d+) \(\w+\): "(.*)"', line)
+        if found:
+            # the ingest pool's threads are numbered (shoal-ingest_0, ...): one row for all
+            names[int(found.group(1), 0)] = re.sub(r"_\d+$", "", found.group(2))
+    return names
+
+
 def _table_bytes(data_dir: Path) -> float:
     """The bytes of the Parquet files the ``metrics`` tables' Delta logs hold."""
     from deltalake import DeltaTable
@@ -257,17 +294,25 @@ def run_one(name: str, tmp: Path, duration: float, workers: int) -> dict[str, fl
                 stop = threading.Event()
                 watcher = threading.Thread(target=_watch, args=(pid, stop, peak), daemon=True)
                 watcher.start()
+                threads0 = _thread_cpu(pid)
                 cpu0, began = _cpu(pid), time.monotonic()
                 start.set()
                 outcomes = result.get()
                 elapsed = time.monotonic() - began
                 cpu = _cpu(pid) - cpu0
+                threads1 = _thread_cpu(pid)
+                names = _thread_names(pid) if name.startswith("shoal") else {}
                 stop.set()
         flushed, compacted = disk()
     finally:
         stop_server()
     samples = sum(s for s, _, _ in outcomes)
     latencies = sorted(x for _, lat, _ in outcomes for x in lat)
+    by_thread: dict[str, float] = {}
+    for tid, seconds in threads1.items():
+        thread = names.get(tid, "other")
+        by_thread[thread] = by_thread.get(thread, 0.0) + seconds - threads0.get(tid, 0.0)
+    THREADS.setdefault(name, []).append({k: v / samples * 1e6 for k, v in by_thread.items()})
     return {
         "samples/s": samples / elapsed,
         "ack p50 ms": latencies[len(latencies) // 2],
@@ -362,6 +407,15 @@ def main(argv: list[str] | None = None) -> int:
             med = statistics.median(values)
             cells.append(f"{med:,.0f}" if med >= 100 else f"{med:.2f}")
         print(f"| {name} | " + " | ".join(cells) + " |")
+    for name, runs in THREADS.items():
+        if not name.startswith("shoal"):
+            continue
+        threads = sorted({t for run in runs for t in run}, key=lambda t: -runs[0].get(t, 0.0))
+        print(f"\n{name}: CPU µs per sample by thread (median of the runs)")
+        print("| thread | µs per sample |\n|---|---|")
+        for thread in threads:
+            median = statistics.median(run.get(thread, 0.0) for run in runs)
+            print(f"| {thread} | {median:.2f} |")
     return 0
 
 
