@@ -64,7 +64,14 @@ def test_merged_files_look_like_the_flushers(tmp_path: Path, span_s: int) -> Non
                 a, b = mine.metadata.row_group(g).column(c), flusher.metadata.row_group(g).column(c)
                 assert (a.compression, a.encodings) == (b.compression, b.encodings)
                 assert a.statistics == b.statistics
-                assert a.has_column_index and a.has_offset_index
+                assert (a.has_column_index, a.has_offset_index) == (
+                    b.has_column_index,
+                    b.has_offset_index,
+                )
+                # a page index wherever there are statistics (flat columns: nothing prunes
+                # by the nested ones)
+                assert a.has_offset_index and a.has_column_index == a.is_stats_set
+                assert a.is_stats_set == ("." not in a.path_in_schema)  # flat ones have them
         assert mine.metadata.row_group(0).sorting_columns == (
             flusher.metadata.row_group(0).sorting_columns
         )
