@@ -69,3 +69,47 @@ def test_payload_is_the_ipc_stream_writer_output(chunks: list[list[str | None]])
 def test_dictionary_columns_round_trip() -> None:
     data = pa.table({"d": pa.array(["a", "b", "a", None]).dictionary_encode()})
     assert records.decode(records.encode("t", "x", data))[2].equals(data)
+
+
+def _remote_written(count: int) -> pa.Table:
+    from loadtest import remote_write
+    from shoal.promwrite.decode import V1, decode
+
+    body = remote_write.encode(
+        ({"__name__": "m", "job": "j", "shard": str(i)}, [(1_000 + i, float(i))])
+        for i in range(count)
+    )
+    return decode(body, V1, None).result.table
+
+
+def test_a_signal_tables_null_columns_are_left_out_and_put_back() -> None:
+    """Rows in a signal table's schema leave their all-null columns out of the payload
+    (version 2, a bitmap says which) and get them back, typed, when it is read."""
+    data = _remote_written(50)
+    nulls = [f.name for f, c in zip(data.schema, data.columns, strict=True) if c.null_count == 50]
+    assert "sum" in nulls and "bucket_counts" in nulls  # a gauge has no histogram fields
+    payload = records.encode("acme", "metrics", data)
+    assert payload[0] == 2
+    assert len(payload) < len(records.encode("acme", "not-a-signal", data))
+    tenant, table, got = records.decode(payload)
+    assert (tenant, table) == ("acme", "metrics") and records.decode_header(payload).table == table
+    assert got.schema == data.schema and got.equals(data)
+    # a column with one value is kept whole
+    with_one = data.set_column(
+        data.schema.get_field_index("sum"),
+        data.schema.field("sum"),
+        pa.array([1.5] + [None] * 49, pa.float64()),
+    )
+    assert records.decode(records.encode("acme", "metrics", with_one))[2].equals(with_one)
+
+
+def test_a_damaged_sparse_payload_raises_wal_error() -> None:
+    payload = records.encode("acme", "metrics", _remote_written(5))
+    bitmap_at = records.decode_header(payload).body_offset - 6  # 44 columns: 6 bytes
+    for damaged in (
+        payload[: bitmap_at + 3],  # the bitmap cut short
+        payload[:bitmap_at] + b"\x00" * 6 + payload[bitmap_at + 6 :],  # nothing left out?
+        payload[:bitmap_at] + b"\xff" * 6 + payload[bitmap_at + 6 :],  # everything?
+    ):
+        with pytest.raises(WalError):
+            records.decode(damaged)
