@@ -223,7 +223,8 @@ SETTINGS: tuple[Setting, ...] = (
         "queue_max_bytes",
         128 * MiB,
         _parse_size,
-        "Ingest queue bound in bytes of decoded data.",
+        "Ingest queue bound in bytes of decoded data (each request counted as the size of "
+        "its WAL record).",
     ),
     Setting("retry_after_s", 1, _parse_positive_int, "Retry-After sent with 429/503."),
     # -- flusher and storage
@@ -231,7 +232,8 @@ SETTINGS: tuple[Setting, ...] = (
         "flush_max_bytes",
         64 * MiB,
         _parse_size,
-        "Flush the in-memory snapshot to Parquet when it holds this many bytes.",
+        "Flush the in-memory snapshot to Parquet when it holds this many bytes (each "
+        "request counted as the size of its WAL record).",
     ),
     Setting(
         "flush_max_age_s",
