@@ -179,7 +179,12 @@ def _raw_keys(labels: pa.ListArray, n: int) -> list[bytes]:
     flat = labels.flatten()
     per_list = np.asarray(labels.offsets)
     per_list = per_list - per_list[0]
-    bounds = np.frombuffer(flat.buffers()[1], np.int32)[flat.offset : flat.offset + len(flat) + 1]
+    offsets = flat.buffers()[1]
+    bounds = (
+        np.frombuffer(offsets, np.int32)[flat.offset : flat.offset + len(flat) + 1]
+        if offsets is not None
+        else np.zeros(1, dtype=np.int32)
+    )
     data = flat.buffers()[2] or pa.py_buffer(b"")
     together = pa.Array.from_buffers(
         pa.binary(), n, [None, pa.py_buffer(bounds[per_list].astype(np.int32)), data]
