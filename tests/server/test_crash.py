@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.client
+import itertools
 import random
 import threading
 import time
@@ -11,6 +13,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
+from loadtest import remote_write
 from loadtest.ingest import BASE_NS, ID_STRIDE, WorkerSpec, run_load
 from tests.server.conftest import ServerFactory, delta_rows
 
@@ -97,3 +100,77 @@ def test_sigkill_under_load_ten_consecutive_runs(
 ) -> None:
     for seed in range(100, 110):
         crash_once(start_server, tmp_path, seed)
+
+
+SERIES = 200
+"""Series per remote-write request: the same ones, in the same order, every request, so
+that after the first the rows are slices of the decoder's series cache."""
+
+
+def _remote_write_body(request_id: int) -> bytes:
+    # every sample of request r carries timestamp BASE_MS + r: which request it came from
+    return remote_write.compress(
+        remote_write.encode(
+            (
+                {"__name__": "crash_metric", "job": "crash", "series": str(s)},
+                [(_BASE_MS + request_id, 1.0)],
+            )
+            for s in range(SERIES)
+        )
+    )
+
+
+_BASE_MS = 1_700_000_000_000
+
+
+def test_sigkill_under_remote_write_loses_and_duplicates_nothing(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    """Remote write with SIGKILL under load: every acknowledged request's samples are
+    stored once after the restart (its WAL records are the sparse payloads of rows that
+    sliced the series cache)."""
+    data = tmp_path / "data"
+    env = {"SHOAL_FLUSH_MAX_BYTES": "512KiB", "SHOAL_FLUSH_MAX_AGE_S": "0.5"}
+    server = start_server(data, env=env)
+    acked: list[int] = []
+    stop = threading.Event()
+
+    def sender(worker: int) -> None:
+        headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
+        conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+        for n in itertools.count():
+            if stop.is_set():
+                return
+            request_id = n * 4 + worker
+            try:
+                conn.request("POST", "/api/v1/write", _remote_write_body(request_id), headers)
+                response = conn.getresponse()
+                response.read()
+            except OSError:
+                return  # the server is gone
+            if response.status == 204:
+                acked.append(request_id)
+
+    senders = [threading.Thread(target=sender, args=(w,)) for w in range(4)]
+    for thread in senders:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while len(acked) < 40 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(random.Random(7).uniform(0.2, 1.0))
+    server.kill()
+    stop.set()
+    for thread in senders:
+        thread.join(30)
+    assert len(acked) >= 40
+
+    restarted = start_server(data, env=env)
+    assert restarted.terminate() == 0  # replays, then flushes everything on SIGTERM
+    rows = delta_rows(data, "default", "metrics")
+    per_request = Counter(
+        (t - _BASE_MS * 1_000_000) // 1_000_000 for t in rows["time_unix_nano"].to_pylist()
+    )
+    missing = [r for r in acked if per_request.get(r, 0) != SERIES]
+    assert not missing, f"acknowledged requests lost or duplicated: {missing[:10]}"
+    assert all(n == SERIES for n in per_request.values()), "a request stored in part or twice"
+    assert set(rows["attributes"].to_pylist()[0]) <= {("series", str(s)) for s in range(SERIES)}
