@@ -1,7 +1,8 @@
 """shoal beside Prometheus and VictoriaMetrics on the same remote-write samples.
 
-``python -m loadtest.bench_peers [--duration 20] [--repeat 2] [--workers 4]``
-(``--decode-only``: shoal's remote-write decoder alone, with and without its series cache)
+``python -m loadtest.bench_peers [--duration 20] [--repeat 2] [--workers 4] [--shuffled]``
+(``--decode-only``: shoal's remote-write decoder alone, with and without its series cache;
+``--shuffled``: each remote-write request sends its series in another order)
 
 16,000 series, 1,000 samples per request (a thousand series, one sample each, the
 sixteen groups in turn, timestamps advancing each round). The bodies are encoded before
@@ -26,6 +27,7 @@ import argparse
 import http.client
 import importlib.util
 import multiprocessing as mp
+import random
 import re
 import shutil
 import statistics
@@ -54,8 +56,9 @@ MIN_BACKOFF_S = 0.03
 MAX_BACKOFF_S = 1.0
 
 
-def _rw_bodies(groups: list[int], rounds: range, t0_ms: int) -> list[bytes]:
-    """Remote-write bodies; each series' labels are encoded once, its samples per round."""
+def _rw_bodies(groups: list[int], rounds: range, t0_ms: int, shuffled: bool = False) -> list[bytes]:
+    """Remote-write bodies; each series' labels are encoded once, its samples per round
+    (``shuffled``: each round in another order of the group's series)."""
     out = []
     for g in groups:
         labels = [
@@ -74,11 +77,16 @@ def _rw_bodies(groups: list[int], rounds: range, t0_ms: int) -> list[bytes]:
         ]
         for r in rounds:
             t = t0_ms + r * 1000
+            order = list(range(len(labels)))
+            if shuffled:
+                random.Random(g * 1000 + r).shuffle(order)
             body = b"".join(
                 remote_write._field(
-                    1, lab + remote_write._field(2, remote_write._sample(t, float((r + i) % 997)))
+                    1,
+                    labels[i]
+                    + remote_write._field(2, remote_write._sample(t, float((r + i) % 997))),
                 )
-                for i, lab in enumerate(labels)
+                for i in order
             )
             out.append(remote_write.compress(body))
     return out
@@ -106,11 +114,14 @@ def _otlp_bodies(groups: list[int], rounds: range, t0_ms: int) -> list[bytes]:
 
 
 def _sender(args: tuple[Any, ...]) -> tuple[int, list[float], int]:
-    port, path, headers, kind, worker, workers, rounds, start, duration, t0_ms = args
-    encode = _rw_bodies if kind == "rw" else _otlp_bodies
+    port, path, headers, kind, worker, workers, rounds, start, duration, t0_ms, shuffled = args
     # each worker its own groups, round after round: samples of a series stay in order
     mine = [g for g in range(GROUPS) if g % workers == worker]
-    per_group = encode(mine, range(rounds), t0_ms)
+    per_group = (
+        _rw_bodies(mine, range(rounds), t0_ms, shuffled)
+        if kind == "rw"
+        else _otlp_bodies(mine, range(rounds), t0_ms)
+    )
     bodies = [per_group[i * rounds + r] for r in range(rounds) for i in range(len(mine))]
     start.wait()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -234,7 +245,9 @@ def _victoria(tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
     raise RuntimeError("victoria-metrics did not start")
 
 
-def run_one(name: str, tmp: Path, duration: float, workers: int) -> dict[str, float]:
+def run_one(
+    name: str, tmp: Path, duration: float, workers: int, shuffled: bool = False
+) -> dict[str, float]:
     stop_server: Callable[[], None]
     rw_headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy",
                   "X-Prometheus-Remote-Write-Version": "0.1.0"}  # fmt: skip
@@ -282,10 +295,8 @@ def run_one(name: str, tmp: Path, duration: float, workers: int) -> dict[str, fl
         with mp.Manager() as manager:
             start = manager.Event()
             with mp.Pool(workers) as pool:
-                jobs = [
-                    (port, path, headers, kind, w, workers, rounds, start, duration, t0_ms)
-                    for w in range(workers)
-                ]
+                shared = (rounds, start, duration, t0_ms, shuffled)
+                jobs = [(port, path, headers, kind, w, workers, *shared) for w in range(workers)]
                 result = pool.map_async(_sender, jobs)
                 time.sleep(3)  # the senders encode their bodies
                 while not result.ready() and _encoding(pool):
@@ -341,7 +352,7 @@ SERVERS = ("prometheus", "victoria-metrics", "shoal (remote write)", "shoal (OTL
 def decode_only(rounds: int = 8) -> None:
     """Time shoal's remote-write decoder alone on the benchmark's bodies (one group of
     1,000 series per request): without the series cache, and with it (the first round,
-    where every series is new, and the rounds after it)."""
+    where every series is new, and the rounds after it, in the same order and shuffled)."""
     from shoal.promwrite import decode as promwrite
     from shoal.promwrite import snappy
     from shoal.promwrite.known import KnownSeries
@@ -354,10 +365,17 @@ def decode_only(rounds: int = 8) -> None:
     ]
     promwrite.decode(bodies[0], promwrite.V1, None)  # imports, descriptors
     known = KnownSeries(200_000, 64 << 20)
+    shuffled_per_group = _rw_bodies(list(range(GROUPS)), range(rounds), 0, shuffled=True)
+    shuffled = [
+        snappy.decompress(shuffled_per_group[g * rounds + r], 1 << 26)
+        for r in range(1, rounds)
+        for g in range(GROUPS)
+    ]
     for label, cache, part in (
         ("without the cache", None, bodies),
         ("with the cache, first round", known, bodies[:GROUPS]),
         ("with the cache, later rounds", known, bodies[GROUPS:]),
+        ("with the cache, later rounds, series shuffled in each", known, shuffled),
     ):
         began = time.perf_counter()
         for body in part:
@@ -377,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--servers", default=",".join(SERVERS))
     parser.add_argument(
+        "--shuffled",
+        action="store_true",
+        help="remote-write requests send their series in another order each round",
+    )
+    parser.add_argument(
         "--decode-only", action="store_true", help="time shoal's remote-write decoder alone"
     )
     args = parser.parse_args(argv)
@@ -389,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in chosen:
             with tempfile.TemporaryDirectory(prefix="shoal-peers-") as tmp:
                 print(f"[{repetition + 1}/{args.repeat}] {name} ...", file=sys.stderr, flush=True)
-                row = run_one(name, Path(tmp), args.duration, args.workers)
+                row = run_one(name, Path(tmp), args.duration, args.workers, args.shuffled)
                 results[name].append(row)
                 print(
                     f"    {row['samples/s']:,.0f} samples/s, p99 {row['ack p99 ms']:.1f} ms, "
