@@ -149,7 +149,7 @@ def decode(payload: bytes | memoryview) -> tuple[str, str, pa.Table]:
     body = pa.py_buffer(memoryview(payload)[header.body_offset :])
     try:
         data = pa.ipc.open_stream(body).read_all()
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowException, OSError) as exc:  # any Arrow error: the stream is damaged
         raise WalError(f"damaged WAL payload body: {exc}") from None
     if left_out is not None:
         data = _restored(SIGNAL_TABLES[header.table].schema, left_out, data)
@@ -166,4 +166,7 @@ def _restored(schema: pa.Schema, left_out: list[bool], data: pa.Table) -> pa.Tab
         pa.chunked_array([pa.nulls(data.num_rows, field.type)]) if out else next(kept)
         for field, out in zip(schema, left_out, strict=True)
     ]
-    return pa.Table.from_arrays(columns, schema=schema)
+    try:
+        return pa.Table.from_arrays(columns, schema=schema)
+    except pa.ArrowException as exc:  # it validates what the stream's reading did not
+        raise WalError(f"damaged WAL payload body: {exc}") from None
