@@ -129,7 +129,7 @@ def decode(body: bytes, message: str, known: KnownSeries | None = _KNOWN) -> Wri
             return [per_name[name] for name in names]
 
     def build(positions: np.ndarray[Any, Any]) -> pa.Table:
-        subset = labels if len(positions) == n else labels.subset(positions, n)
+        subset = labels.subset(positions, n)
         return _series_columns(subset, len(positions), lambda names: metas(names, positions))
 
     if known is None or not n:
@@ -162,8 +162,7 @@ def _decode_v1_raw(body: bytes, known: KnownSeries) -> Written | None:
 
     def build(positions: np.ndarray[Any, Any]) -> pa.Table:
         full = _DECODER.batch(V1, body, f"body is not a valid {V1}")
-        labels = _v1(full.column("timeseries").flatten())
-        subset = labels if len(positions) == n else labels.subset(positions, n)
+        subset = _v1(full.column("timeseries").flatten()).subset(positions, n)
         return _series_columns(subset, len(positions), lambda names: [Meta()] * len(names))
 
     table, rows, named = known.rows(_raw_keys(series.field("labels"), n), build)
@@ -207,6 +206,8 @@ class _Labels:
 
     def subset(self, positions: np.ndarray[Any, Any], n: int) -> _Labels:
         """The labels of the series at ``positions`` (ascending), renumbered from 0."""
+        if len(positions) == n:
+            return self
         renumber = np.full(n, -1, dtype=np.int64)
         renumber[positions] = np.arange(len(positions))
         owner = renumber[self.owner]

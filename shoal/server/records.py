@@ -79,19 +79,17 @@ def encode(tenant: str, table: str, data: pa.Table) -> bytes:
         raise ValueError("tenant and table names must be at most 255 bytes")
     batches = data.to_batches()
     left_out = _left_out(table, data)
+    version, bitmap = _VERSION, b""
     schema: bytes | None
     if left_out is None:
-        head = bytes([_VERSION, len(t)]) + t + bytes([len(n)]) + n
         schema = _schema_message(data.schema)
-    else:
-        head = bytes([_VERSION_SPARSE, len(t)]) + t + bytes([len(n)]) + n
+    else:  # a signal table: its schema message is cached by the columns it keeps
         schema = _signal_schema_message(table, left_out)
         if any(left_out):
-            head += np.packbits(left_out, bitorder="little").tobytes()
+            version, bitmap = _VERSION_SPARSE, np.packbits(left_out, bitorder="little").tobytes()
             keep = [i for i, out in enumerate(left_out) if not out]
             batches = [b.select(keep) for b in batches]
-        else:  # every column holds a value somewhere: the full stream, version 1
-            head = bytes([_VERSION]) + head[1:]
+    head = bytes([version, len(t)]) + t + bytes([len(n)]) + n + bitmap
     if schema is None:
         sink = pa.BufferOutputStream()
         sink.write(head)
