@@ -169,7 +169,7 @@ def _decode_v1_raw(body: bytes, known: KnownSeries) -> Written | None:
     return _rows(series, table, rows, named, np.zeros(n, dtype=np.int64), None)
 
 
-def _raw_keys(labels: pa.ListArray, n: int) -> list[bytes]:
+def _raw_keys(labels: pa.ListArray, n: int) -> pa.Array:
     """Per series, the encoded bytes of its labels, then each label's length: two label
     lists whose bytes run together alike still differ in where each label ends.
 
@@ -192,7 +192,7 @@ def _raw_keys(labels: pa.ListArray, n: int) -> list[bytes]:
     ends = pa.Array.from_buffers(
         pa.binary(), n, [None, pa.py_buffer((per_list * 4).astype(np.int32)), lengths]
     )
-    out: list[bytes] = pc.binary_join_element_wise(_RAW_KEY, together, ends, b"").to_pylist()
+    out: pa.Array = pc.binary_join_element_wise(_RAW_KEY, together, ends, b"")
     return out
 
 
@@ -216,7 +216,7 @@ class _Labels:
         return _Labels(owner[keep], self.names.filter(mask), self.values.filter(mask))
 
 
-def _keys(labels: _Labels, n: int, extra: list[pa.Array] | None) -> list[bytes]:
+def _keys(labels: _Labels, n: int, extra: list[pa.Array] | None) -> pa.Array:
     """Per series, its label set (and ``extra`` columns) as one byte string.
 
     The separators are bytes UTF-8 never holds, and the decoder refuses invalid UTF-8,
@@ -228,7 +228,7 @@ def _keys(labels: _Labels, n: int, extra: list[pa.Array] | None) -> list[bytes]:
     keys = pc.binary_join(per_series, b"\xfe")
     if extra:
         keys = pc.binary_join_element_wise(keys, *[e.cast(pa.binary()) for e in extra], b"\xfd")
-    out: list[bytes] = keys.to_pylist()
+    out: pa.Array = keys
     return out
 
 

@@ -5,7 +5,8 @@ its full label set. What a label set becomes in the ``metrics`` table (metric na
 attribute maps, resource attributes, series id, the metadata's columns) depends on the
 label set alone (and, in 2.0, the series' own metadata), so it is worked out once and
 kept as one row of an Arrow table; a request then looks its series up by key and
-gathers their rows with one ``take``.
+gathers their rows. A sender that keeps its series in the same order finds them as
+runs of consecutive rows, found a run at a time (see :meth:`_Known.rows`).
 
 Reads take no lock: rows are only appended, and a key is added to the index after its
 row is in the table, so a key found always has its row. When the cache would go over
@@ -21,7 +22,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+_MAX_RUN_LOOKUPS = 8
+"""Runs of consecutive rows a request's keys are followed through before the rest is
+looked up key by key (a shuffled request gives up after this many short runs)."""
+_SHORT_RUN = 16
+"""A run shorter than this ends the following of runs: the keys are not in row order."""
 _COMBINE_AFTER_CHUNKS = 4
 """Appended chunks kept apart before they are copied into one: a ``take`` over a few
 chunks costs little more than over one, and copying the whole table for every request
@@ -29,17 +36,48 @@ that brings new series would cost more."""
 
 
 class _Known:
-    """One generation of the cache: key -> row of ``table``; ``named`` per row."""
+    """One generation of the cache: key -> row of ``table``; the keys in row order as
+    Arrow (``keys``); ``named`` per row."""
 
-    def __init__(self, table: pa.Table, keys: list[bytes]) -> None:
+    def __init__(self, table: pa.Table, keys: pa.Array) -> None:
         self.table = table
+        self.keys: pa.Array | pa.ChunkedArray = keys
         self.named = np.asarray(table.column("metric_name").is_valid(), dtype=np.bool_)
-        self.nbytes = table.get_total_buffer_size()
-        self.index = {key: row for row, key in enumerate(keys)}
+        self.nbytes = table.get_total_buffer_size() + keys.nbytes
+        self.index = {key: row for row, key in enumerate(keys.to_pylist())}
 
-    def rows(self, keys: list[bytes]) -> np.ndarray[Any, np.dtype[np.int64]]:
-        # map over the builtin lookup: no Python frame per key
-        return np.array(list(map(self.index.get, keys, itertools.repeat(-1))), dtype=np.int64)
+    def rows(self, keys: pa.Array) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Per key, its row (-1 when it has none).
+
+        A sender that repeats its series in the same order brings keys that are runs
+        of consecutive rows: each run is found by looking its first key up and then
+        comparing the keys after it with the rows after that one, all at once. After
+        :data:`_MAX_RUN_LOOKUPS` runs, or after a run shorter than :data:`_SHORT_RUN`,
+        the rest is looked up key by key."""
+        n = len(keys)
+        out = np.full(n, -1, dtype=np.int64)
+        known = self.keys  # the keys in row order, read once: rows only ever grow
+        total = len(known)
+        position = 0
+        for _ in range(_MAX_RUN_LOOKUPS):
+            if position >= n:
+                return out
+            row = self.index.get(keys[position].as_py())
+            if row is None:
+                position += 1  # a new series
+                continue
+            span = min(n - position, total - row)
+            same = pc.equal(keys.slice(position, span), known.slice(row, span))
+            differ = np.flatnonzero(~np.asarray(same, dtype=np.bool_))
+            run = int(differ[0]) if len(differ) else span
+            out[position : position + run] = np.arange(row, row + run)
+            position += run
+            if run < _SHORT_RUN:
+                break  # not a sender that keeps its order
+        if position < n:
+            rest = keys.slice(position).to_pylist()
+            out[position:] = list(map(self.index.get, rest, itertools.repeat(-1)))
+        return out
 
     def add(self, keys: list[bytes], table: pa.Table) -> None:
         """Append the rows of ``keys`` not yet present (the caller holds the lock)."""
@@ -48,17 +86,26 @@ class _Known:
             return
         if len(fresh) < len(keys):
             table = table.take(pa.array(fresh, pa.int64()))
+            keys = [keys[i] for i in fresh]
         grown = pa.concat_tables([self.table, table])
+        added = pa.array(keys, pa.binary())
+        all_keys = pa.chunked_array([*_chunks(self.keys), added])
         if grown.column(0).num_chunks > _COMBINE_AFTER_CHUNKS:
             grown = grown.combine_chunks()
+            all_keys = all_keys.combine_chunks()
         named = np.asarray(table.column("metric_name").is_valid(), dtype=np.bool_)
         base = len(self.index)
         # rows first, then keys: a reader that finds a key finds its row
         self.named = np.concatenate([self.named, named])
         self.table = grown
-        self.nbytes += table.get_total_buffer_size()
-        for offset, i in enumerate(fresh):
-            self.index[keys[i]] = base + offset
+        self.keys = all_keys
+        self.nbytes += table.get_total_buffer_size() + added.nbytes
+        for offset, key in enumerate(keys):
+            self.index[key] = base + offset
+
+
+def _chunks(array: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return array.chunks if isinstance(array, pa.ChunkedArray) else [array]
 
 
 class KnownSeries:
@@ -76,10 +123,11 @@ class KnownSeries:
         return len(known.index) if known is not None else 0
 
     def rows(
-        self, keys: list[bytes], build: Callable[[np.ndarray[Any, Any]], pa.Table]
+        self, keys: pa.Array, build: Callable[[np.ndarray[Any, Any]], pa.Table]
     ) -> tuple[pa.Table, np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        """``(table, rows, named)``: row ``rows[i]`` of ``table`` holds series ``i``'s
-        columns, ``named[i]`` whether it has a metric name.
+        """``(table, rows, named)``: row ``rows[i]`` of ``table`` holds the columns of
+        the series of key ``keys[i]`` (a binary array), ``named[i]`` whether it has a
+        metric name.
 
         ``build(positions)`` works out the columns of the series at ``positions`` (one per
         distinct key, ascending); what it raises reaches the caller with nothing cached.
@@ -93,8 +141,10 @@ class KnownSeries:
         else:
             missing = np.arange(len(keys))
         first: dict[bytes, int] = {}
-        for position in missing.tolist():
-            first.setdefault(keys[position], position)
+        for position, key in zip(
+            missing.tolist(), keys.take(pa.array(missing)).to_pylist(), strict=True
+        ):
+            first.setdefault(key, position)
         new_keys = list(first)
         built = build(np.fromiter(first.values(), np.int64, len(first)))
         with self._lock:
@@ -104,7 +154,7 @@ class KnownSeries:
             elif known is None or len(missing) == len(keys):
                 # empty, or full and this request needs nothing of it: a new generation
                 self.restarts += known is not None
-                known = _Known(built, new_keys)
+                known = _Known(built, pa.array(new_keys, pa.binary()))
                 self._known = known if self._fits(None, len(new_keys), built) else None
             else:
                 # full, and this request has series of the old generation too

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from loadtest import remote_write
 from shoal.errors import DecodeError
 from shoal.promwrite.decode import V1, V2, decode
-from shoal.promwrite.known import KnownSeries
+from shoal.promwrite.known import KnownSeries, _Known
 
 # a small pool, so that requests share series; some without a name, some with empty values
 LABEL_SETS: list[dict[str, str]] = [
@@ -181,3 +181,50 @@ def test_requests_cut_elsewhere_copy_the_cached_runs() -> None:
     rows = decode(shifted, V1, known).result.table
     _same(rows, decode(shifted, V1, None).result.table)
     assert all(column.num_chunks == 1 for column in rows.columns)
+
+
+def _generation(count: int) -> _Known:
+    keys = [b"k%d" % i for i in range(count)]
+    return _Known(pa.table({"metric_name": [f"m{i}" for i in range(count)]}), pa.array(keys))
+
+
+# a request's keys: runs of rows (start, length) of a 300-row generation, and new keys
+runs = st.lists(
+    st.one_of(
+        st.tuples(st.integers(0, 299), st.integers(1, 120)),
+        st.just((-1, 1)),  # a key the generation does not hold
+    ),
+    max_size=14,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pieces=runs, added=st.integers(0, 3))
+def test_runs_of_rows_are_found_as_looking_each_key_up_finds_them(
+    pieces: list[tuple[int, int]], added: int
+) -> None:
+    """Following runs of consecutive rows (the lookup a sender that keeps its order gets)
+    finds for every key the row a lookup key by key finds, wherever the runs break, end
+    at the last row, or hold keys not yet known; also over a generation grown by chunks."""
+    known = _generation(300 - 20 * added)
+    for i in range(added):  # the last rows arrive in chunks, as later requests add them
+        base = 300 - 20 * (added - i)
+        keys = [b"k%d" % k for k in range(base, base + 20)]
+        known.add(keys, pa.table({"metric_name": [f"m{k}" for k in range(base, base + 20)]}))
+    wanted: list[bytes] = []
+    for start, length in pieces:
+        if start < 0:
+            wanted.append(b"new%d" % len(wanted))
+        else:
+            wanted.extend(b"k%d" % k for k in range(start, min(start + length, 300)))
+    expected = [known.index.get(k, -1) for k in wanted]
+    assert known.rows(pa.array(wanted, pa.binary())).tolist() == expected
+
+
+def test_a_run_that_turns_to_other_rows_is_not_followed_past_the_turn() -> None:
+    """Keys 0..49 then 100..149: the second half is not rows 50..99, which a run
+    followed by position alone would give; nor is a key that only shares a prefix."""
+    known = _generation(200)
+    wanted = [b"k%d" % i for i in range(50)] + [b"k%d" % i for i in range(100, 150)]
+    assert known.rows(pa.array(wanted)).tolist() == [*range(50), *range(100, 150)]
+    assert known.rows(pa.array([b"k1", b"k2", b"k3x"])).tolist() == [1, 2, -1]
