@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import numpy as np
@@ -59,10 +59,24 @@ class Scopes:
     items: pa.Array  # the scope-level structs (ScopeMetrics / ScopeLogs / ScopeSpans)
     columns: Broadcast
     resource_hash: U64
+    key: _ScopesKey | None = None  # what the columns were decoded from, when cached
 
-    def take(self, indices: I64) -> dict[str, pa.Array | pa.ChunkedArray]:
-        """The resource and scope columns for rows belonging to the given scopes."""
-        return self.columns.take(indices)
+    def take(self, indices: I64) -> Mapping[str, pa.Array | pa.ChunkedArray]:
+        """The resource and scope columns for rows belonging to the given scopes.
+
+        A sender exports the same resources and scopes with the same number of rows
+        under each, export after export (an SDK's periodic export of a fixed set of
+        instruments does): the columns are kept, keyed by the scopes and the rows'
+        scope numbers, and given again (arrays are immutable)."""
+        if self.key is None:
+            return self.columns.take(indices)
+        key = (self.key, np.ascontiguousarray(indices, dtype=np.int64).tobytes())
+        hit = _taken.get(key)
+        if hit is None:
+            hit = self.columns.take(indices)
+            size = len(key[1]) + sum(int(c.nbytes) for c in hit.values())
+            _taken.put(key, hit, _OVERHEAD * len(hit) + size)
+        return hit
 
 
 def text_or_null(strings: pa.Array) -> pa.Array:
@@ -100,6 +114,9 @@ _ScopesKey = tuple[
 ]
 _blocks: DecodeCache[_ScopesKey, tuple[Broadcast, U64]] = DecodeCache(
     max_bytes=32 << 20, max_entries=4096
+)
+_taken: DecodeCache[tuple[_ScopesKey, bytes], dict[str, pa.Array | pa.ChunkedArray]] = DecodeCache(
+    max_bytes=32 << 20, max_entries=1024
 )
 _OVERHEAD = 500
 """Bytes of a cached resource or scope besides its serialized and decoded text."""
@@ -182,7 +199,7 @@ def scopes(request: pa.StructArray, resource_field: str, scope_field: str) -> Sc
         hit = _scope_columns(key)
         raw_bytes = sum(map(len, key[0])) + sum(map(len, key[3]))
         _blocks.put(key, hit, _OVERHEAD * len(key[2]) + raw_bytes + hit[0].nbytes)
-    return Scopes(items, hit[0], hit[1])
+    return Scopes(items, hit[0], hit[1], key)
 
 
 class Rejections:

@@ -7,13 +7,17 @@ exponential histograms, summaries), each group in request order.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.otlp import attributes, exemplars
+from shoal.otlp.cache import DecodeCache
 from shoal.otlp.columns import (
     BOOL,
     I64,
@@ -136,15 +140,34 @@ _WITH_TEMPORALITY = ("sum", "histogram", "exponential_histogram")
 _ALL = slice(None)
 
 
-def _metric_level(metrics: pa.Array, metadata: attributes.Attributes) -> tuple[Broadcast, BOOL]:
-    """Per-metric columns, and which metrics have a data field at all."""
+@dataclasses.dataclass(frozen=True)
+class _Kinds:
+    """Per metric: its data field (index into TYPES, -1 for none), its temporality
+    where it has one, and its monotonicity where it is a sum."""
+
+    code: np.ndarray[Any, np.dtype[np.int8]]
+    temporality: np.ndarray[Any, np.dtype[np.int32]]
+    has_temporality: BOOL
+    monotonic: BOOL
+    is_sum: BOOL
+
+    @property
+    def present(self) -> BOOL:
+        return self.code >= 0
+
+    def key(self) -> bytes:
+        parts = (self.code, self.temporality, self.has_temporality, self.monotonic, self.is_sum)
+        return b"".join(part.tobytes() for part in parts)
+
+
+def _kinds(metrics: pa.Array) -> _Kinds:
     n = len(metrics)
-    kinds = np.full(n, None, dtype=object)
+    code = np.full(n, -1, dtype=np.int8)
     temporality = np.zeros(n, dtype=np.int32)
     has_temporality = np.zeros(n, dtype=np.bool_)
-    present = np.zeros(n, dtype=np.bool_)
-    is_sum: BOOL | None = None
-    for kind in TYPES:
+    is_sum = np.zeros(n, dtype=np.bool_)
+    monotonic = np.zeros(n, dtype=np.bool_)
+    for i, kind in enumerate(TYPES):
         container = metrics.field(kind)
         if container.null_count == n:
             continue
@@ -153,36 +176,92 @@ def _metric_level(metrics: pa.Array, metadata: attributes.Attributes) -> tuple[B
             valid = _ALL
         else:
             valid = container.is_valid().to_numpy(zero_copy_only=False)
+        code[valid] = i
         if kind == "sum":
-            is_sum = np.ones(n, dtype=np.bool_) if isinstance(valid, slice) else valid
-        kinds[valid] = kind
-        present[valid] = True
+            is_sum[valid] = True
+            flag = container.field("is_monotonic")
+            if flag.null_count:
+                flag = flag.fill_null(False)
+            monotonic = flag.to_numpy(zero_copy_only=False) & is_sum
         if kind in _WITH_TEMPORALITY:
             values = container.field("aggregation_temporality")
             if values.null_count:
                 values = values.fill_null(0)
             temporality[valid] = values.to_numpy(zero_copy_only=False)[valid]
             has_temporality[valid] = True
-    if is_sum is None:
-        monotonic = nulls(n, pa.bool_())
-    else:
-        flag = metrics.field("sum").field("is_monotonic")
-        if flag.null_count:
-            flag = flag.fill_null(False)
-        monotonic = pa.array(flag.to_numpy(zero_copy_only=False), mask=~is_sum)
-    table = Broadcast(
+    return _Kinds(code, temporality, has_temporality, monotonic, is_sum)
+
+
+_KIND_NAMES = pa.array(TYPES, pa.string())
+
+
+def _metric_level(metrics: pa.Array, kinds: _Kinds, metadata: attributes.Attributes) -> Broadcast:
+    """Per-metric columns."""
+    n = len(metrics)
+    monotonic = (
+        pa.array(kinds.monotonic, mask=~kinds.is_sum)
+        if kinds.is_sum.any()
+        else nulls(n, pa.bool_())
+    )
+    return Broadcast(
         {
             "metric_name": metrics.field("name"),
             "metric_description": text_or_null(metrics.field("description")),
             "metric_unit": text_or_null(metrics.field("unit")),
-            "metric_type": pa.array(kinds, pa.string()),
-            "aggregation_temporality": pa.array(temporality, mask=~has_temporality),
+            "metric_type": _KIND_NAMES.take(pa.array(kinds.code, mask=~kinds.present)),
+            "aggregation_temporality": pa.array(kinds.temporality, mask=~kinds.has_temporality),
             "is_monotonic": monotonic,
             "metric_metadata": metadata.values,
             "metric_metadata_types": metadata.types,
         }
     )
-    return table, present
+
+
+_MetricKey = tuple[tuple[Any, ...], ...]
+_metric_blocks: DecodeCache[_MetricKey, Broadcast] = DecodeCache(
+    max_bytes=8 << 20, max_entries=4096
+)
+_metric_rows: DecodeCache[tuple[_MetricKey, bytes], dict[str, pa.Array | pa.ChunkedArray]] = (
+    DecodeCache(max_bytes=16 << 20, max_entries=1024)
+)
+_BLOCK_OVERHEAD = 500
+"""Bytes of a cached block besides its Arrow buffers and its key's text."""
+
+
+def _metric_block(
+    metrics: pa.Array, names: list[str], kinds: _Kinds
+) -> tuple[_MetricKey, Broadcast]:
+    """The per-metric columns, kept by all they are made of: a sender exports the same
+    metrics (names, descriptions, units, metadata, kinds) export after export."""
+    key: _MetricKey = (
+        tuple(names),
+        tuple(metrics.field("description").to_pylist()),
+        tuple(metrics.field("unit").to_pylist()),
+        tuple(tuple(entries) for entries in metrics.field("metadata").to_pylist()),
+        (kinds.key(),),
+    )
+    hit = _metric_blocks.get(key)
+    if hit is None:
+        metadata = attributes.decode_lists(metrics.field("metadata"), "metric metadata")
+        hit = _metric_level(metrics, kinds, metadata)
+        text = sum(len(t) for part in key[:3] for t in part if t) + len(key[4][0])
+        _metric_blocks.put(key, hit, _BLOCK_OVERHEAD * len(names) + text + hit.nbytes)
+    return key, hit
+
+
+def _metric_columns(
+    key: _MetricKey, block: Broadcast, owner: I64
+) -> Mapping[str, pa.Array | pa.ChunkedArray]:
+    """``block.take(owner)``, kept by the metrics and the rows' metric numbers (the same
+    metrics with the same points per metric give the same columns, export after export;
+    arrays are immutable, so they are given again)."""
+    taken_key = (key, np.ascontiguousarray(owner, dtype=np.int64).tobytes())
+    hit = _metric_rows.get(taken_key)
+    if hit is None:
+        hit = block.take(owner)
+        size = len(taken_key[1]) + sum(int(c.nbytes) for c in hit.values())
+        _metric_rows.put(taken_key, hit, _BLOCK_OVERHEAD * len(hit) + size)
+    return hit
 
 
 @functools.lru_cache(maxsize=65536)
@@ -219,11 +298,13 @@ def decode(request: pa.StructArray) -> DecodeResult:
     metrics, metric_scope = flatten(sc.items.field("metrics"))
     rej = Rejections()
     names = metrics.field("name")
-    name_hash = np.array([_name_hash(s) for s in names.to_pylist()], dtype=np.uint64)
+    name_list = names.to_pylist()
+    name_hash = np.array([_name_hash(s) for s in name_list], dtype=np.uint64)
     nameless = pc.equal(names, "").to_numpy(zero_copy_only=False)
-    metadata = attributes.decode_lists(metrics.field("metadata"), "metric metadata")
-    per_metric, present = _metric_level(metrics, metadata)
-    rej.add("metric has no data field (gauge, sum, histogram, ...)", int((~present).sum()), False)
+    metric_kinds = _kinds(metrics)
+    metric_key, per_metric = _metric_block(metrics, name_list, metric_kinds)
+    absent = int((~metric_kinds.present).sum())
+    rej.add("metric has no data field (gauge, sum, histogram, ...)", absent, False)
     tables: list[pa.Table] = []
     owners: list[I64] = []
     hashes: list[U64] = []
@@ -269,7 +350,7 @@ def decode(request: pa.StructArray) -> DecodeResult:
     owner = owners[0] if len(owners) == 1 else np.concatenate(owners)
     scope_idx = metric_scope[owner]
     series = series_ids(name_hash[owner], np.concatenate(hashes), sc.resource_hash[scope_idx])
-    metric_columns = per_metric.take(owner)
+    metric_columns = _metric_columns(metric_key, per_metric, owner)
     by_scope = sc.take(scope_idx)
     n = len(owner)
     columns = []

@@ -16,12 +16,25 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from loadtest.ingest import BASE_NS
+from shoal.otlp import attributes, common, metrics
 from tests.server.conftest import ServerFactory, metric_value, scrape
 
 MIB = 1 << 20
 EXPORTS = 40
-CACHE_BUDGET = 32 * MIB + 16 * MIB + 16 * MIB + 32 * MIB
-"""The decode caches' byte budgets (attribute entries, resources, scopes, scope blocks)."""
+CACHE_BUDGET = sum(
+    cache.max_bytes
+    for cache in (
+        attributes._cache,
+        common._resources,
+        common._scopes,
+        common._blocks,
+        common._taken,
+        metrics._metric_blocks,
+        metrics._metric_rows,
+    )
+)
+"""The decode caches' byte budgets (attribute entries, resources, scopes, scope blocks,
+the resource and scope columns of rows, metric blocks, the metric columns of rows)."""
 
 
 def _export(i: int) -> bytes:
