@@ -29,6 +29,9 @@ _cache: DecodeCache[bytes, _Entry] = DecodeCache(max_bytes=32 << 20, max_entries
 _U64_MASK = 2**64 - 1
 _ENTRY_OVERHEAD = 200
 """Bytes of a cached entry besides its key and text (tuple, str headers, dict slot)."""
+_lists: DecodeCache[tuple[bytes, bytes, bytes], Attributes] = DecodeCache(
+    max_bytes=32 << 20, max_entries=1024
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,12 +108,38 @@ def _maps(offsets: I64, keys: pa.Array, items: pa.Array) -> pa.MapArray:
 
 
 def decode_lists(lists: pa.Array, where: str = "attributes") -> Attributes:
-    """Decode a ``list<binary>`` array of serialized ``KeyValue`` lists."""
+    """Decode a ``list<binary>`` array of serialized ``KeyValue`` lists.
+
+    A sender that exports the same attribute sets in the same order again (an SDK's
+    periodic export of the same instruments does) sends the same lists byte for byte:
+    their maps are kept, keyed by those bytes, and given again (arrays are immutable,
+    the hashes read-only)."""
     n = len(lists)
     offsets = list_offsets(lists)
     flat = lists.flatten()
     if len(flat) == 0:
         return empty(n)
+    if flat.type != pa.binary():  # not as the reshaped descriptors decode: not kept
+        return _decode_lists(lists, flat, offsets, where)
+    bounds = np.frombuffer(flat.buffers()[1], np.int32)[flat.offset : flat.offset + len(flat) + 1]
+    start = int(bounds[0])
+    data = flat.buffers()[2]
+    key = (
+        data[start : int(bounds[-1])].to_pybytes() if data is not None else b"",
+        (bounds - start).tobytes(),
+        offsets.tobytes(),
+    )
+    hit = _lists.get(key)
+    if hit is None:
+        hit = _decode_lists(lists, flat, offsets, where)
+        hit.set_hash.flags.writeable = False
+        size = sum(map(len, key)) + hit.values.nbytes + hit.types.nbytes + hit.set_hash.nbytes
+        _lists.put(key, hit, _ENTRY_OVERHEAD + size)
+    return hit
+
+
+def _decode_lists(lists: pa.Array, flat: pa.Array, offsets: I64, where: str) -> Attributes:
+    n = len(lists)
     encoded = pc.dictionary_encode(flat)
     uniques = encoded.dictionary.to_pylist()
     indices = encoded.indices

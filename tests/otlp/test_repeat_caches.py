@@ -23,7 +23,7 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 
 from shoal.errors import DecodeError
-from shoal.otlp import common, decode, metrics
+from shoal.otlp import attributes, common, decode, metrics
 from shoal.otlp.cache import DecodeCache
 
 from .test_fuzz import metrics_requests
@@ -99,14 +99,15 @@ def _request(spec: RequestSpec) -> bytes:
 @contextmanager
 def _nothing_kept() -> Iterator[None]:
     """The repeat caches swapped for ones that keep nothing, then put back."""
-    saved = (common._taken, metrics._metric_blocks, metrics._metric_rows)
+    saved = (common._taken, metrics._metric_blocks, metrics._metric_rows, attributes._lists)
     common._taken = DecodeCache(0, 0)
     metrics._metric_blocks = DecodeCache(0, 0)
     metrics._metric_rows = DecodeCache(0, 0)
+    attributes._lists = DecodeCache(0, 0)
     try:
         yield
     finally:
-        common._taken, metrics._metric_blocks, metrics._metric_rows = saved
+        common._taken, metrics._metric_blocks, metrics._metric_rows, attributes._lists = saved
 
 
 def _outcome(signal: str, body: bytes) -> tuple[pa.Table, int, list[str]] | str:
@@ -160,3 +161,32 @@ def test_logs_of_the_same_resources_and_scopes_are_decoded_alike() -> None:
         _same("logs", body)
     kept = decode("logs", bodies[0]).table.column("resource_attributes").to_pylist()
     assert kept == [[("service.name", "a")]] * 2
+
+
+def test_attribute_lists_of_the_same_bytes_cut_elsewhere_are_other_lists() -> None:
+    """Kept attribute maps are found by the lists' bytes and by where each entry and each
+    list ends: the same bytes cut into entries or lists elsewhere decode as themselves.
+    (Two encoded KeyValues run together are one valid KeyValue: the later fields win.)"""
+    x, y, z = (_kv(k, v).SerializeToString() for k, v in (("a", "1"), ("b", "2"), ("c", "3")))
+    cuts = [
+        [[x, y + z]],  # two entries
+        [[x + y, z]],  # the same bytes, the first entry ending elsewhere
+        [[x, y], [z]],  # the same entries in two lists
+        [[x], [y, z]],  # ... ending elsewhere
+    ]
+    decoded = []
+    for lists in cuts + cuts:
+        array = pa.array(lists, pa.list_(pa.binary()))
+        kept = attributes.decode_lists(array)
+        with _nothing_kept():
+            fresh = attributes.decode_lists(array)
+        assert kept.values.to_pylist() == fresh.values.to_pylist()
+        assert kept.set_hash.tolist() == fresh.set_hash.tolist()
+        decoded.append(kept.values.to_pylist())
+    assert decoded[0] == [[("a", "1"), ("c", "3")]]
+    assert decoded[1] == [[("b", "2"), ("c", "3")]]
+    assert decoded[2] == [[("a", "1"), ("b", "2")], [("c", "3")]]
+    assert decoded[3] == [[("a", "1")], [("b", "2"), ("c", "3")]]
+    assert not attributes.decode_lists(
+        pa.array(cuts[0], pa.list_(pa.binary()))
+    ).set_hash.flags.writeable

@@ -25,6 +25,7 @@ CACHE_BUDGET = sum(
     cache.max_bytes
     for cache in (
         attributes._cache,
+        attributes._lists,
         common._resources,
         common._scopes,
         common._blocks,
@@ -33,8 +34,8 @@ CACHE_BUDGET = sum(
         metrics._metric_rows,
     )
 )
-"""The decode caches' byte budgets (attribute entries, resources, scopes, scope blocks,
-the resource and scope columns of rows, metric blocks, the metric columns of rows)."""
+"""The decode caches' byte budgets (attribute entries and lists, resources, scopes, scope
+blocks, the resource and scope columns of rows, metric blocks, the metric columns of rows)."""
 
 
 def _export(i: int) -> bytes:
