@@ -386,6 +386,29 @@ def decode_only(rounds: int = 8) -> None:
             f"decode {label}: {per_request * 1e3:.2f} ms per request of {PER_REQUEST} "
             f"samples ({us:.2f} us per sample, {len(part)} requests)"
         )
+    _otlp_decode_only(rounds)
+
+
+def _otlp_decode_only(rounds: int) -> None:
+    """Time shoal's OTLP metrics decoder alone on the benchmark's OTLP bodies: the first
+    round (nothing of these senders kept yet) and the rounds after it."""
+    from shoal import otlp
+
+    otlp.decode("metrics", payloads.metrics_request(points=1, seed=-1).SerializeToString())
+    per_group = _otlp_bodies(list(range(GROUPS)), range(rounds), 1_700_000_000_000)
+    bodies = [per_group[g * rounds + r] for r in range(rounds) for g in range(GROUPS)]
+    for label, part in (("first round", bodies[:GROUPS]), ("later rounds", bodies[GROUPS:])):
+        began = time.perf_counter()
+        for body in part:
+            result = otlp.decode("metrics", body)
+            if result.rejected:
+                raise SystemExit(f"the benchmark's OTLP body was refused: {result.errors}")
+        per_request = (time.perf_counter() - began) / len(part)
+        us = per_request / PER_REQUEST * 1e6
+        print(
+            f"OTLP decode, {label}: {per_request * 1e3:.2f} ms per request of {PER_REQUEST} "
+            f"points ({us:.2f} us per point, {len(part)} requests)"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
