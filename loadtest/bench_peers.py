@@ -181,21 +181,25 @@ def _thread_cpu(pid: int) -> dict[int, float]:
         return {}
 
 
-def _thread_names(pid: int) -> dict[int, str]:
-    """Thread id -> Python thread name, from ``py-spy dump`` (the [bench] extra)."""
+def _thread_names(pid: int, wanted: set[int]) -> dict[int, str]:
+    """Thread id -> Python thread name, from ``py-spy dump`` (the [bench] extra); asked
+    up to three times, until every thread of ``wanted`` is named (a dump can miss one)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    try:
-        out = subprocess.run(
-            [spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    names = {}
-    for line in out.splitlines():
-        found = re.match(r'Thread (0x[0-9a-fA-F]+|\d+) \(\w+\): "(.*)"', line)
-        if found:
-            # the ingest pool's threads are numbered (shoal-ingest_0, ...): one row for all
-            names[int(found.group(1), 0)] = re.sub(r"_\d+$", "", found.group(2))
+    names: dict[int, str] = {}
+    for _ in range(3):
+        try:
+            out = subprocess.run(
+                [spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            return names
+        for line in out.splitlines():
+            found = re.match(r'Thread (0x[0-9a-fA-F]+|\d+) \(\w+\): "(.*)"', line)
+            if found:
+                # the ingest pool's threads are numbered (shoal-ingest_0, ...): one row for all
+                names[int(found.group(1), 0)] = re.sub(r"_\d+$", "", found.group(2))
+        if wanted <= names.keys():
+            break
     return names
 
 
@@ -312,7 +316,8 @@ def run_one(
                 elapsed = time.monotonic() - began
                 cpu = _cpu(pid) - cpu0
                 threads1 = _thread_cpu(pid)
-                names = _thread_names(pid) if name.startswith("shoal") else {}
+                busy = {t for t, v in threads1.items() if v - threads0.get(t, 0.0) > 0.05 * cpu}
+                names = _thread_names(pid, busy) if name.startswith("shoal") else {}
                 stop.set()
         flushed, compacted = disk()
     finally:
