@@ -121,27 +121,29 @@ def compute(
     code_of = (unique >> np.uint64(32)).astype(np.int64) - 1
     bucket_of = (unique & _LOW).astype(np.uint32)
     cuts = np.flatnonzero(np.diff(code_of)) + 1
-    bounds = [0, *cuts.tolist(), len(unique)]
-    starts = np.asarray(bounds[:-1], dtype=np.int64)
+    starts = np.concatenate([[0], cuts]).astype(np.int64)
     group_codes = code_of[starts]
     # text of each group's series value, as storage names series (null is "")
     present = group_codes >= 0
-    texts = [""] * len(group_codes)
-    if present.any():
+    if present.all():
+        texts: list[str] = series_keys(values.take(pa.array(group_codes))).to_pylist()
+    else:
+        texts = [""] * len(group_codes)
         named = series_keys(values.take(pa.array(group_codes[present]))).to_pylist()
         for i, text in zip(np.flatnonzero(present).tolist(), named, strict=True):
             texts[i] = str(text)
-    # a flush usually holds one bucket of each series: those share one bitmap per bucket
-    # (frozen, so sharing is safe), instead of a bitmap built per series
-    single: dict[int, FrozenBitMap] = {}
-    firsts = bucket_of[starts].tolist()
+    if len(starts) == len(unique):
+        # one bucket per series (what a flush usually holds): the series of one bucket
+        # share one bitmap (frozen, so sharing is safe), made once per bucket
+        firsts, which = np.unique(bucket_of, return_inverse=True)
+        shared = [FrozenBitMap([bucket]) for bucket in firsts.tolist()]
+        per_series = dict(zip(texts, map(shared.__getitem__, which.tolist()), strict=True))
+        if len(per_series) == len(texts):
+            return Coverage(bucket_s, whole, per_series)
+        per_series = {}  # two series with the same text (null and ""): merged below
+    bounds = [*starts.tolist(), len(unique)]
     for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
-        if hi - lo == 1:
-            bitmap = single.get(firsts[i])
-            if bitmap is None:
-                bitmap = single[firsts[i]] = FrozenBitMap([firsts[i]])
-        else:
-            bitmap = FrozenBitMap(bucket_of[lo:hi])
+        bitmap = FrozenBitMap(bucket_of[lo:hi])
         known = per_series.get(texts[i])
         per_series[texts[i]] = bitmap if known is None else known | bitmap
     return Coverage(bucket_s, whole, per_series)

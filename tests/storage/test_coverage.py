@@ -216,3 +216,18 @@ def test_compute_equals_grouping_text_keys(
     times, series = columns
     assert cov.compute(times, series, bucket_s) == _grouped(times, series, bucket_s)
     assert cov.compute(times, None, bucket_s) == _grouped(times, None, bucket_s)
+
+
+def test_null_and_empty_text_are_one_series_over_both_buckets() -> None:
+    """Null is named "" as the empty string is: with one bucket each (the flush's usual
+    shape, where series share one bitmap per bucket), the series holds both buckets."""
+    hour = 3600 * 10**6
+    times = np.array([_T0_US, _T0_US + hour, _T0_US + 2 * hour], dtype=np.int64)
+    series = pa.array([None, "", "a"], pa.string())
+    c = cov.compute(times, series, 3600)
+    first = _T0_US // hour
+    assert {k: sorted(v) for k, v in c.series.items()} == {
+        "": [first, first + 1],
+        "a": [first + 2],
+    }
+    assert c == _grouped(times, series, 3600)
