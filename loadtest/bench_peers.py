@@ -1,7 +1,8 @@
 """shoal beside Prometheus and VictoriaMetrics on the same remote-write samples.
 
 ``python -m loadtest.bench_peers [--duration 20] [--repeat 2] [--workers 4] [--shuffled]``
-(``--decode-only``: shoal's remote-write decoder alone, with and without its series cache;
+(``--decode-only``: shoal's remote-write decoder alone, with and without its series cache,
+and its OTLP metrics decoder on the benchmark's OTLP bodies;
 ``--shuffled``: each remote-write request sends its series in another order)
 
 16,000 series, 1,000 samples per request (a thousand series, one sample each, the
