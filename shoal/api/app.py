@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from shoal.api import otlp_http, prometheus, remote_write, sql, tokens
 from shoal.api.auth import Authenticator
+from shoal.api.direct import DirectRoutes
 from shoal.api.ingest_handler import IngestHandler
 from shoal.api.status import classify
 from shoal.errors import QueryError, ShoalError, TableNotFoundError
@@ -95,4 +96,6 @@ def create_app(services: AppServices) -> FastAPI:
         return Response(body, media_type=content_type)
 
     app.include_router(sql.router)
+    # the ingest endpoints, called without the routing above them (shoal/api/direct.py)
+    app.add_middleware(DirectRoutes, routes={**otlp_http.DIRECT, **remote_write.DIRECT})
     return app

@@ -1,0 +1,41 @@
+"""The ingest endpoints, reached without FastAPI's routing.
+
+An ingest request (``POST /api/v1/write``, ``/v1/metrics``, ``/v1/logs``, ``/v1/traces``)
+went through about a dozen ASGI layers before its endpoint ran: the exception
+middlewares, the router, one included router per module, the route and FastAPI's
+dependency solving. They held the interpreter lock for about two thirds of the event
+loop's time at full remote-write speed (docs/benchmarks.md), for endpoints that take a
+bare ``Request``, catch every exception themselves and answer a ``Response``.
+
+:class:`DirectRoutes` sits inside Starlette's outermost error middleware and calls the
+endpoint of such a request itself; every other request (another method, another path)
+goes down the stack as before, so a ``GET /api/v1/write`` still gets FastAPI's 405.
+The endpoints stay registered on their routers too: the table here only names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class DirectRoutes:
+    """Pure ASGI middleware: ``POST`` to a path of ``routes`` runs its endpoint directly."""
+
+    def __init__(self, app: ASGIApp, routes: Mapping[str, Endpoint]) -> None:
+        self.app = app
+        self.routes = dict(routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self.routes.get(scope["path"])
+            if endpoint is not None:
+                response = await endpoint(Request(scope, receive, send))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -1,0 +1,120 @@
+"""The ingest endpoints reached without FastAPI's routing (shoal/api/direct.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from shoal.api import otlp_http, remote_write
+from shoal.api.app import AppServices, create_app
+from shoal.api.auth import Authenticator, TokenStore
+from shoal.api.direct import DirectRoutes
+from shoal.api.ingest_handler import IngestHandler
+
+
+class _Inner:
+    """The rest of the ASGI stack: records what reached it and answers 299."""
+
+    def __init__(self) -> None:
+        self.paths: list[tuple[str, str]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.paths.append((scope.get("method", scope["type"]), scope.get("path", "")))
+        await PlainTextResponse("inner", 299)(scope, receive, send)
+
+
+async def _endpoint(request: Request) -> Response:
+    body = await request.body()
+    return PlainTextResponse(f"direct {request.url.path} {len(body)}", 202)
+
+
+def _client(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
+
+
+def test_only_a_post_to_a_listed_path_skips_the_stack() -> None:
+    inner = _Inner()
+    app = DirectRoutes(inner, {"/in": _endpoint})
+
+    async def run() -> list[httpx.Response]:
+        async with _client(app) as c:
+            return [
+                await c.post("/in", content=b"12345"),
+                await c.get("/in"),
+                await c.put("/in", content=b"x"),
+                await c.post("/in/", content=b"x"),
+                await c.post("/other", content=b"x"),
+            ]
+
+    direct, get, put, slash, other = asyncio.run(run())
+    assert (direct.status_code, direct.text) == (202, "direct /in 5")
+    assert [r.status_code for r in (get, put, slash, other)] == [299] * 4
+    assert inner.paths == [("GET", "/in"), ("PUT", "/in"), ("POST", "/in/"), ("POST", "/other")]
+
+
+def test_the_table_names_the_routers_own_endpoints() -> None:
+    """Every POST route of the ingest routers is called directly, and by the very function
+    the router would call: the two ways to reach an endpoint cannot answer differently."""
+    table = {**otlp_http.DIRECT, **remote_write.DIRECT}
+    routed = {
+        route.path: route.endpoint
+        for router in (otlp_http.router, remote_write.router)
+        for route in router.routes
+        if isinstance(route, APIRoute) and "POST" in (route.methods or ())
+    }
+    assert routed == table
+    assert set(table) == {"/v1/metrics", "/v1/logs", "/v1/traces", "/api/v1/write"}
+
+
+class _Unreached:
+    """A sink no request here reaches: each is refused at authentication."""
+
+    def check_admission(self) -> None:
+        raise AssertionError("an unauthenticated request reached the sink")
+
+    def append(self, *args: Any, **kwargs: Any) -> None:
+        raise AssertionError("an unauthenticated request reached the sink")
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Any:
+    return create_app(
+        AppServices(
+            authenticator=Authenticator(TokenStore(tmp_path), allow_anonymous=False),
+            ingest=IngestHandler(_Unreached()),
+            is_ready=lambda: True,
+            metrics_exposition=lambda: (b"", "text/plain"),
+            max_body_bytes=1 << 20,
+            retry_after_s=1.0,
+        )
+    )
+
+
+def test_the_app_answers_ingest_directly_and_the_rest_as_before(app: Any) -> None:
+    assert [m.cls for m in app.user_middleware] == [DirectRoutes]
+
+    async def run() -> list[httpx.Response]:
+        async with _client(app) as c:
+            return [
+                await c.post("/api/v1/write", content=b"x"),
+                await c.post("/v1/metrics", content=b"x"),
+                await c.get("/api/v1/write"),
+                await c.get("/v1/metrics"),
+                await c.get("/healthz"),
+            ]
+
+    write, metrics, get_write, get_metrics, health = asyncio.run(run())
+    # no token: the endpoints' own answers (remote write's text, OTLP's Status)
+    assert write.status_code == 401 and "token" in write.text.lower()
+    assert metrics.status_code == 401
+    assert metrics.headers["content-type"].startswith("application/json")
+    # other methods still reach FastAPI's router
+    assert (get_write.status_code, get_metrics.status_code) == (405, 405)
+    assert health.text == "ok\n"
