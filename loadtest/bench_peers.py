@@ -184,10 +184,13 @@ def _thread_cpu(pid: int) -> dict[int, float]:
 
 def _thread_names(pid: int, wanted: set[int]) -> dict[int, str]:
     """Thread id -> Python thread name, from ``py-spy dump`` (the [bench] extra); asked
-    up to three times, until every thread of ``wanted`` is named (a dump can miss one)."""
+    up to five times, half a second apart, until every thread of ``wanted`` is named (a
+    dump can miss a thread that is busy in native code, such as the flusher's last round)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     names: dict[int, str] = {}
-    for _ in range(3):
+    for attempt in range(5):
+        if attempt:
+            time.sleep(0.5)
         try:
             out = subprocess.run(
                 [spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60
