@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from shoal.api import otlp_http, prometheus, remote_write, sql, tokens
 from shoal.api.auth import Authenticator
-from shoal.api.direct import DirectRoutes
+from shoal.api.direct import DirectRoutes, post_endpoints
 from shoal.api.ingest_handler import IngestHandler
 from shoal.api.status import classify
 from shoal.errors import QueryError, ShoalError, TableNotFoundError
@@ -97,5 +97,5 @@ def create_app(services: AppServices) -> FastAPI:
 
     app.include_router(sql.router)
     # the ingest endpoints, called without the routing above them (shoal/api/direct.py)
-    app.add_middleware(DirectRoutes, routes={**otlp_http.DIRECT, **remote_write.DIRECT})
+    app.add_middleware(DirectRoutes, routes=post_endpoints(otlp_http.router, remote_write.router))
     return app

@@ -10,18 +10,32 @@ bare ``Request``, catch every exception themselves and answer a ``Response``.
 :class:`DirectRoutes` sits inside Starlette's outermost error middleware and calls the
 endpoint of such a request itself; every other request (another method, another path)
 goes down the stack as before, so a ``GET /api/v1/write`` still gets FastAPI's 405.
-The endpoints stay registered on their routers too: the table here only names them.
+The table is read off the routers (:func:`post_endpoints`), so the endpoints are
+registered once and both ways reach the very same functions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 
+from fastapi import APIRouter
+from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def post_endpoints(*routers: APIRouter) -> dict[str, Endpoint]:
+    """Path -> endpoint of every ``POST`` route of ``routers``: each of them must take a
+    bare ``Request`` and answer every exception itself, as the ingest endpoints do."""
+    return {
+        route.path: route.endpoint
+        for router in routers
+        for route in router.routes
+        if isinstance(route, APIRoute) and "POST" in (route.methods or ())
+    }
 
 
 class DirectRoutes:

@@ -133,7 +133,3 @@ async def export_logs(request: Request) -> Response:
 @router.post("/v1/traces", include_in_schema=False)
 async def export_traces(request: Request) -> Response:
     return await _export(request, "spans")
-
-
-DIRECT = {"/v1/metrics": export_metrics, "/v1/logs": export_logs, "/v1/traces": export_traces}
-"""The endpoints :class:`~shoal.api.direct.DirectRoutes` calls without FastAPI's routing."""

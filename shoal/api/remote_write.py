@@ -94,7 +94,3 @@ async def write(request: Request) -> Response:
         return Response(text, 400, headers=headers, media_type="text/plain")
     ingest.metrics.request("metrics", "remote_write", tenant, "204", watch.elapsed())
     return Response(status_code=204, headers=headers)
-
-
-DIRECT = {"/api/v1/write": write}
-"""The endpoint :class:`~shoal.api.direct.DirectRoutes` calls without FastAPI's routing."""
