@@ -40,3 +40,51 @@ def children() -> Iterator[Track]:
     yield track
     for proc in reversed(tracked):
         stop_process(proc)
+
+
+class DecoderOutput:
+    """What the protobuf decoder (``ProtoArrow.batch``) returned since the last
+    :meth:`clear`, and which columns of a table share a buffer with it."""
+
+    def __init__(self) -> None:
+        self.batches: list[Any] = []
+
+    def clear(self) -> None:
+        self.batches.clear()
+
+    def shared(self, table: Any) -> set[str]:
+        """The columns of ``table`` (a ``pyarrow.Table``) with a buffer that overlaps one
+        of the decoder's, children included."""
+        theirs = [
+            (b.address, b.address + b.size)
+            for batch in self.batches
+            for column in batch.columns
+            for b in column.buffers()
+            if b is not None and b.size
+        ]
+        return {
+            name
+            for name, column in zip(table.column_names, table.columns, strict=True)
+            for chunk in column.chunks
+            for b in chunk.buffers()
+            if b is not None and b.size
+            for start, end in theirs
+            if b.address < end and start < b.address + b.size
+        }
+
+
+@pytest.fixture
+def decoder_output(monkeypatch: pytest.MonkeyPatch) -> DecoderOutput:
+    """Records every batch the protobuf decoder returns during the test."""
+    from shoal.otlp.wire import ProtoArrow
+
+    out = DecoderOutput()
+    batch = ProtoArrow.batch
+
+    def recorded(self: ProtoArrow, *args: Any, **kwargs: Any) -> Any:
+        result = batch(self, *args, **kwargs)
+        out.batches.append(result)
+        return result
+
+    monkeypatch.setattr(ProtoArrow, "batch", recorded)
+    return out

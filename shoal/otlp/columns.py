@@ -136,6 +136,16 @@ def u64(array: pa.Array) -> U64:
     return values
 
 
+def owned(array: pa.Array) -> pa.Array:
+    """``array`` copied into buffers of its own.
+
+    A column taken as it is from the protobuf decoder's output must be copied before it
+    goes into rows: those buffers come through Arrow's C interface, where one buffer still
+    in use keeps the whole decoded request alive, and rows wait in the snapshot until
+    their flush."""
+    return pa.concat_arrays([array])
+
+
 def over_int64(values: U64) -> BOOL:
     """Which unsigned values do not fit in int64."""
     return values > np.uint64(INT64_MAX)

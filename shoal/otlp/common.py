@@ -16,7 +16,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from shoal.errors import DecodeError
 from shoal.otlp import attributes
 from shoal.otlp.cache import DecodeCache
-from shoal.otlp.columns import I64, U64, Broadcast, list_offsets
+from shoal.otlp.columns import I64, U64, Broadcast, list_offsets, owned
 from shoal.schema import ATTRS
 
 T = TypeVar("T")
@@ -80,13 +80,14 @@ class Scopes:
 
 
 def text_or_null(strings: pa.Array) -> pa.Array:
-    """OTLP proto3 strings have no presence: the empty string becomes null."""
+    """OTLP proto3 strings have no presence: the empty string becomes null. Never a view
+    of ``strings`` (see :func:`~shoal.otlp.columns.owned`)."""
     if strings.type == pa.string() and strings.null_count == 0:
         n = len(strings)
         buffer = strings.buffers()[1]
         offsets = np.frombuffer(buffer, np.int32, n + 1, strings.offset * 4) if n else None
         if offsets is None or not (offsets[1:] == offsets[:-1]).any():
-            return strings  # nothing empty: the common case, without two compute calls
+            return owned(strings)  # nothing empty: the common case, one copy
     return pc.if_else(pc.equal(strings, ""), pa.scalar(None, pa.string()), strings)
 
 

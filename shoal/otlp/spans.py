@@ -15,6 +15,7 @@ from shoal.otlp.columns import (
     hex_ids,
     list_offsets,
     over_int64,
+    owned,
     timestamps,
     u32_as_int64,
     u64,
@@ -117,8 +118,8 @@ def decode(request: pa.StructArray) -> DecodeResult:
         "parent_span_id": parent,
         "trace_state": text_or_null(spans.field("trace_state")),
         "flags": u32_as_int64(spans.field("flags")),
-        "name": spans.field("name"),
-        "kind": spans.field("kind"),
+        "name": owned(spans.field("name")),
+        "kind": owned(spans.field("kind")),
         "status_code": pc.if_else(status_valid, status.field("code"), 0).cast(pa.int32()),
         "status_message": pc.if_else(
             status_valid, text_or_null(status.field("message").fill_null("")), null_str
