@@ -44,6 +44,7 @@ _SPECIAL = ("__name__", "job", "instance")
 _FAMILY_SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created", "_info")
 _EXEMPLARS = METRICS_SCHEMA.field("exemplars").type
 _MAP = pa.map_(pa.string(), pa.string())
+_TIMESTAMP = pa.timestamp("us", tz="UTC")  # built once: building it parses the time zone
 
 
 def message_of(content_type: str) -> str:
@@ -166,7 +167,7 @@ def _decode_v1_raw(body: bytes, known: KnownSeries) -> Written | None:
         return _series_columns(subset, len(positions), lambda names: [Meta()] * len(names))
 
     table, rows, named = known.rows(_raw_keys(series.field("labels"), n), build)
-    return _rows(series, table, rows, named, np.zeros(n, dtype=np.int64), None)
+    return _rows(series, table, rows, named, None, None, exemplars_sent=False)
 
 
 def _raw_keys(labels: pa.ListArray, n: int) -> pa.Array:
@@ -507,7 +508,7 @@ def _constants(n: int) -> dict[str, pa.Array]:
         "scope_dropped_attributes_count": zeros,
         # defaults, replaced where a request holds other values
         "start_time_unix_nano": zeros,
-        "start_timestamp": nulls(n, pa.timestamp("us", tz="UTC")),
+        "start_timestamp": nulls(n, _TIMESTAMP),
         "flags": zeros,
         "exemplars": pa.ListArray.from_arrays(
             pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], _EXEMPLARS.value_type)
@@ -520,21 +521,30 @@ def _rows(
     table: pa.Table,
     rows: np.ndarray[Any, Any],
     named: np.ndarray[Any, Any],
-    created_ms: np.ndarray[Any, Any],
+    created_ms: np.ndarray[Any, Any] | None,
     symbols: pa.Array | None,
+    exemplars_sent: bool = True,
 ) -> Written:
     """The request's rows: series ``i``'s columns are row ``rows[i]`` of ``table``, repeated
-    for its samples; the samples of series without a name are refused."""
+    for its samples; the samples of series without a name are refused.
+
+    ``created_ms`` None: no series has a created timestamp; ``exemplars_sent`` False: no
+    series has exemplars (the caller has checked)."""
     samples = series.field("samples")
     counts = _lengths(samples)
-    errors = [f"series {i}: no __name__ label" for i in np.flatnonzero(~named)[:10]]
-    rejected = int(counts[~named].sum())
     owner = _owners(samples)
-    take = np.flatnonzero(named[owner])
-    owner = owner[take]
     flat = samples.flatten()
-    values = flat.field("value").to_numpy(zero_copy_only=False)[take]
-    t_ms = flat.field("timestamp").to_numpy(zero_copy_only=False)[take].astype(np.int64)
+    values = flat.field("value").to_numpy(zero_copy_only=False)
+    t_ms = flat.field("timestamp").to_numpy(zero_copy_only=False).astype(np.int64)
+    if named.all():  # the common case: nothing to refuse, nothing to leave out
+        errors: list[str] = []
+        rejected = 0
+        values = values.copy()  # a view would keep the request's decoded buffers alive
+    else:
+        errors = [f"series {i}: no __name__ label" for i in np.flatnonzero(~named)[:10]]
+        rejected = int(counts[~named].sum())
+        take = np.flatnonzero(named[owner])
+        owner, values, t_ms = owner[take], values[take], t_ms[take]
     n = len(owner)
     gathered = _gather(table, rows[owner])
     # every column of the schema, in its order: nulls and constants, then this request's
@@ -542,7 +552,7 @@ def _rows(
     columns.update(zip(gathered.column_names, gathered.columns, strict=True))
     columns.update(
         {
-            "timestamp": pa.array(t_ms * 1000, pa.timestamp("us", tz="UTC")),
+            "timestamp": pa.array(t_ms * 1000, _TIMESTAMP),
             "time_unix_nano": pa.array(t_ms * 1_000_000),
             "value": pa.array(values),
         }
@@ -552,13 +562,14 @@ def _rows(
     if stale.any():
         columns["value"] = pa.array(np.where(stale, np.nan, values))
         columns["flags"] = pa.array(np.where(stale, NO_RECORDED_VALUE, 0).astype(np.int64))
-    start = created_ms[owner] * 1_000_000
-    if start.any():
+    start = created_ms[owner] * 1_000_000 if created_ms is not None else None
+    if start is not None and start.any():
         columns["start_time_unix_nano"] = pa.array(start)
-        columns["start_timestamp"] = pa.array(
-            start // 1000, pa.timestamp("us", tz="UTC"), mask=start <= 0
-        )
-    exemplars, exemplar_count = _exemplars(series, owner, counts, named, n, symbols)
+        columns["start_timestamp"] = pa.array(start // 1000, _TIMESTAMP, mask=start <= 0)
+    if exemplars_sent:
+        exemplars, exemplar_count = _exemplars(series, owner, counts, named, n, symbols)
+    else:
+        exemplars, exemplar_count = columns["exemplars"], 0
     if exemplar_count:
         columns["exemplars"] = exemplars
     result = pa.Table.from_arrays(list(columns.values()), schema=METRICS_SCHEMA)
