@@ -29,13 +29,41 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 def post_endpoints(*routers: APIRouter) -> dict[str, Endpoint]:
     """Path -> endpoint of every ``POST`` route of ``routers``: each of them must take a
-    bare ``Request`` and answer every exception itself, as the ingest endpoints do."""
-    return {
-        route.path: route.endpoint
-        for router in routers
-        for route in router.routes
-        if isinstance(route, APIRoute) and "POST" in (route.methods or ())
-    }
+    bare ``Request`` and answer every exception itself, as the ingest endpoints do.
+
+    Raises TypeError for a route that asks FastAPI for more than the request (a
+    dependency, a path, query, header, cookie or body parameter): called directly, it
+    would not get it."""
+    table: dict[str, Endpoint] = {}
+    for router in routers:
+        for route in router.routes:
+            if isinstance(route, APIRoute) and "POST" in (route.methods or ()):
+                _check_bare(route)
+                table[route.path] = route.endpoint
+    return table
+
+
+def _check_bare(route: APIRoute) -> None:
+    found = route.dependant
+    wanted = [
+        name
+        for name, items in (
+            ("dependencies", [*found.dependencies, *route.dependencies]),
+            ("path parameters", found.path_params),
+            ("query parameters", found.query_params),
+            ("header parameters", found.header_params),
+            ("cookie parameters", found.cookie_params),
+            ("a body", found.body_params),
+        )
+        if items
+    ]
+    if found.request_param_name is None:
+        wanted.append("no Request parameter")
+    if wanted:
+        raise TypeError(
+            f"POST {route.path} cannot be called directly: its endpoint must take a bare "
+            f"Request and nothing else from FastAPI ({', '.join(wanted)})"
+        )
 
 
 class DirectRoutes:

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import APIRouter, Depends
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
@@ -115,3 +116,58 @@ def test_the_app_answers_ingest_directly_and_the_rest_as_before(app: Any) -> Non
     # other methods still reach FastAPI's router
     assert (get_write.status_code, get_metrics.status_code) == (405, 405)
     assert health.text == "ok\n"
+
+
+def test_every_direct_endpoint_answers_what_it_refuses(app: Any) -> None:
+    """No layer above catches what a directly called endpoint raises: each one of the
+    table answers a request without a token itself, with its own 401."""
+    paths = sorted(post_endpoints(otlp_http.router, remote_write.router))
+
+    async def run() -> list[tuple[str, int, str]]:
+        async with _client(app) as c:
+            answers = [await c.post(path, content=b"\xff") for path in paths]
+        return [(p, r.status_code, r.text.lower()) for p, r in zip(paths, answers, strict=True)]
+
+    answered = asyncio.run(run())
+    assert len(answered) == 4
+    assert all(status == 401 and "token" in text for _, status, text in answered), answered
+
+
+async def _with_query(request: Request, limit: int = 10) -> Response:
+    return PlainTextResponse(str(limit))
+
+
+def _needs_token(request: Request) -> str:
+    return "t"
+
+
+async def _with_dependency(request: Request, token: str = Depends(_needs_token)) -> Response:
+    return PlainTextResponse(token)
+
+
+async def _without_request() -> Response:
+    return PlainTextResponse("")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "why"),
+    [
+        (_with_query, "query parameters"),
+        (_with_dependency, "dependencies"),
+        (_without_request, "no Request parameter"),
+    ],
+)
+def test_a_route_that_needs_more_than_the_request_is_refused(endpoint: Any, why: str) -> None:
+    """Called directly, an endpoint gets the request and nothing FastAPI would have
+    worked out for it: such a route is refused when the table is built, not served
+    wrong."""
+    router = APIRouter()
+    router.add_api_route("/in", _endpoint, methods=["POST"])
+    router.add_api_route("/needy", endpoint, methods=["POST"])
+    router.add_api_route("/needy", endpoint, methods=["GET"])  # other methods: not checked
+    with pytest.raises(TypeError, match=rf"POST /needy .*{why}"):
+        post_endpoints(router)
+    fine = APIRouter()
+    fine.add_api_route("/in", _endpoint, methods=["POST"])
+    fine.add_api_route("/needy", endpoint, methods=["GET"])
+    assert post_endpoints(fine) == {"/in": _endpoint}
