@@ -34,7 +34,7 @@ from shoal.otlp.metrics import series_ids
 from shoal.otlp.wire import ProtoArrow
 from shoal.promwrite import SCOPE, proto
 from shoal.promwrite.known import KnownSeries
-from shoal.schema import METRICS_SCHEMA
+from shoal.schema import METRICS_SCHEMA, UTC_US
 
 V1 = "prometheus.WriteRequest"
 V2 = "io.prometheus.write.v2.Request"
@@ -44,7 +44,6 @@ _SPECIAL = ("__name__", "job", "instance")
 _FAMILY_SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created", "_info")
 _EXEMPLARS = METRICS_SCHEMA.field("exemplars").type
 _MAP = pa.map_(pa.string(), pa.string())
-_TIMESTAMP = pa.timestamp("us", tz="UTC")  # built once: building it parses the time zone
 
 
 def message_of(content_type: str) -> str:
@@ -167,7 +166,7 @@ def _decode_v1_raw(body: bytes, known: KnownSeries) -> Written | None:
         return _series_columns(subset, len(positions), lambda names: [Meta()] * len(names))
 
     table, rows, named = known.rows(_raw_keys(series.field("labels"), n), build)
-    return _rows(series, table, rows, named, None, None, exemplars_sent=False)
+    return _rows(series, table, rows, named, None, None)
 
 
 def _raw_keys(labels: pa.ListArray, n: int) -> pa.Array:
@@ -508,7 +507,7 @@ def _constants(n: int) -> dict[str, pa.Array]:
         "scope_dropped_attributes_count": zeros,
         # defaults, replaced where a request holds other values
         "start_time_unix_nano": zeros,
-        "start_timestamp": nulls(n, _TIMESTAMP),
+        "start_timestamp": nulls(n, UTC_US),
         "flags": zeros,
         "exemplars": pa.ListArray.from_arrays(
             pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], _EXEMPLARS.value_type)
@@ -523,13 +522,11 @@ def _rows(
     named: np.ndarray[Any, Any],
     created_ms: np.ndarray[Any, Any] | None,
     symbols: pa.Array | None,
-    exemplars_sent: bool = True,
 ) -> Written:
     """The request's rows: series ``i``'s columns are row ``rows[i]`` of ``table``, repeated
     for its samples; the samples of series without a name are refused.
 
-    ``created_ms`` None: no series has a created timestamp; ``exemplars_sent`` False: no
-    series has exemplars (the caller has checked)."""
+    ``created_ms`` None: no series has a created timestamp."""
     samples = series.field("samples")
     counts = _lengths(samples)
     owner = _owners(samples)
@@ -552,7 +549,7 @@ def _rows(
     columns.update(zip(gathered.column_names, gathered.columns, strict=True))
     columns.update(
         {
-            "timestamp": pa.array(t_ms * 1000, _TIMESTAMP),
+            "timestamp": pa.array(t_ms * 1000, UTC_US),
             "time_unix_nano": pa.array(t_ms * 1_000_000),
             "value": pa.array(values),
         }
@@ -565,11 +562,8 @@ def _rows(
     start = created_ms[owner] * 1_000_000 if created_ms is not None else None
     if start is not None and start.any():
         columns["start_time_unix_nano"] = pa.array(start)
-        columns["start_timestamp"] = pa.array(start // 1000, _TIMESTAMP, mask=start <= 0)
-    if exemplars_sent:
-        exemplars, exemplar_count = _exemplars(series, owner, counts, named, n, symbols)
-    else:
-        exemplars, exemplar_count = columns["exemplars"], 0
+        columns["start_timestamp"] = pa.array(start // 1000, UTC_US, mask=start <= 0)
+    exemplars, exemplar_count = _exemplars(series, owner, counts, named, n, symbols)
     if exemplar_count:
         columns["exemplars"] = exemplars
     result = pa.Table.from_arrays(list(columns.values()), schema=METRICS_SCHEMA)
