@@ -14,6 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shoal.schema import METRICS
 from shoal.storage import TableStore, layout
@@ -168,3 +170,43 @@ def test_tables_without_an_index_say_so(store: TableStore) -> None:
     logs = store.open("t", "logs", LOGS)
     with pytest.raises(StorageError, match="no series index"):
         logs.series(logs.snapshot())
+
+
+_ENTRIES = st.lists(
+    st.tuples(st.integers(0, 5), st.integers(0, 4), st.integers(0, 4)), min_size=1, max_size=40
+)
+
+
+@given(entries=_ENTRIES, grouped=st.booleans())
+def test_reduce_keeps_the_earliest_row_and_the_latest_time_per_key(
+    entries: list[tuple[int, int, int]], grouped: bool
+) -> None:
+    """One row per key, in key order: the columns of its earliest row (the first of
+    equals), the earliest first time and the latest last time; the same whether the
+    rows come grouped by key and time (as a flushed file's do) or in any order."""
+    if grouped:
+        entries = sorted(entries, key=lambda e: (e[0], e[1]))
+    key, first, last = (list(column) for column in zip(*entries, strict=True))
+    table = pa.table(
+        {
+            "series_id": pa.array(key, pa.int64()),
+            "row": pa.array(range(len(entries)), pa.int64()),
+            series_mod.FIRST: pa.array(first, pa.int64()),
+            series_mod.LAST: pa.array(last, pa.int64()),
+        }
+    )
+    expected: dict[int, dict[str, int]] = {}
+    for row, (k, f, la) in enumerate(entries):
+        seen = expected.get(k)
+        if seen is None or f < seen[series_mod.FIRST]:
+            expected[k] = {
+                "series_id": k,
+                "row": row,
+                series_mod.FIRST: f,
+                series_mod.LAST: max(la, seen[series_mod.LAST] if seen else la),
+            }
+        else:
+            seen[series_mod.LAST] = max(seen[series_mod.LAST], la)
+    out = series_mod.reduce(table, "series_id")
+    assert out.schema == table.schema
+    assert out.to_pylist() == [expected[k] for k in sorted(expected)]
