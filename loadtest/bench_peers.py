@@ -57,7 +57,7 @@ MIN_BACKOFF_S = 0.03
 MAX_BACKOFF_S = 1.0
 
 
-def _rw_bodies(groups: list[int], rounds: range, t0_ms: int, shuffled: bool = False) -> list[bytes]:
+def rw_bodies(groups: list[int], rounds: range, t0_ms: int, shuffled: bool = False) -> list[bytes]:
     """Remote-write bodies; each series' labels are encoded once, its samples per round
     (``shuffled``: each round in another order of the group's series)."""
     out = []
@@ -119,7 +119,7 @@ def _sender(args: tuple[Any, ...]) -> tuple[int, list[float], int]:
     # each worker its own groups, round after round: samples of a series stay in order
     mine = [g for g in range(GROUPS) if g % workers == worker]
     per_group = (
-        _rw_bodies(mine, range(rounds), t0_ms, shuffled)
+        rw_bodies(mine, range(rounds), t0_ms, shuffled)
         if kind == "rw"
         else _otlp_bodies(mine, range(rounds), t0_ms)
     )
@@ -366,7 +366,7 @@ def decode_only(rounds: int = 8) -> None:
     from shoal.promwrite import snappy
     from shoal.promwrite.known import KnownSeries
 
-    per_group = _rw_bodies(list(range(GROUPS)), range(rounds), 0)  # group after group
+    per_group = rw_bodies(list(range(GROUPS)), range(rounds), 0)  # group after group
     bodies = [  # round after round: bodies[:GROUPS] is the first round
         snappy.decompress(per_group[g * rounds + r], 1 << 26)
         for r in range(rounds)
@@ -374,7 +374,7 @@ def decode_only(rounds: int = 8) -> None:
     ]
     promwrite.decode(bodies[0], promwrite.V1, None)  # imports, descriptors
     known = KnownSeries(200_000, 64 << 20)
-    shuffled_per_group = _rw_bodies(list(range(GROUPS)), range(rounds), 0, shuffled=True)
+    shuffled_per_group = rw_bodies(list(range(GROUPS)), range(rounds), 0, shuffled=True)
     shuffled = [
         snappy.decompress(shuffled_per_group[g * rounds + r], 1 << 26)
         for r in range(1, rounds)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -72,10 +72,18 @@ class IngestSink(Protocol):
         ...
 
     def append(
-        self, tenant: str, signal: str, table: pa.Table, ack: Ack, payload: bytes | None = None
+        self,
+        tenant: str,
+        signal: str,
+        table: pa.Table,
+        ack: Ack,
+        payload: bytes | None = None,
+        source: tuple[Any, bytes] | None = None,
     ) -> None:
         """On a worker thread: admit, encode and append ``table`` for ``tenant``
-        (``payload``, when given, is its WAL payload, already encoded).
+        (``payload``, when given, is its WAL payload, already encoded; ``source``, the
+        ``shoal.decoding.DecodeJob`` and body the rows were decoded from, which the sink
+        may log instead of the rows).
 
         Raises if it is refused at once; otherwise ``ack`` is resolved with the
         WAL LSN once the rows are durable (and in the snapshot), or failed.

@@ -223,8 +223,8 @@ SETTINGS: tuple[Setting, ...] = (
         "queue_max_bytes",
         128 * MiB,
         _parse_size,
-        "Ingest queue bound in bytes of decoded data (each request counted as the size of "
-        "its WAL record).",
+        "Ingest queue bound in bytes of decoded data (each request counted as the length "
+        "of its rows as an Arrow IPC stream).",
     ),
     Setting("retry_after_s", 1, _parse_positive_int, "Retry-After sent with 429/503."),
     # -- flusher and storage
@@ -233,7 +233,7 @@ SETTINGS: tuple[Setting, ...] = (
         64 * MiB,
         _parse_size,
         "Flush the in-memory snapshot to Parquet when it holds this many bytes (each "
-        "request counted as the size of its WAL record).",
+        "request counted as the length of its rows as an Arrow IPC stream).",
     ),
     Setting(
         "flush_max_age_s",

@@ -113,6 +113,7 @@ class IngestHandler:
         signal: str,
         ack: Ack,
         box: list[Decoded],
+        source: tuple[DecodeJob, bytes],
         outcome: Decoded | BaseException,
     ) -> None:
         """The decoder's thread: hand the rows to the sink; never raises."""
@@ -124,7 +125,7 @@ class IngestHandler:
             ack.errors = outcome.errors
             if outcome.table.num_rows:
                 ack.accepted = outcome.table.num_rows
-                self.sink.append(tenant, signal, outcome.table, ack, outcome.payload)
+                self.sink.append(tenant, signal, outcome.table, ack, outcome.payload, source)
             else:
                 ack.resolve(0)
         except BaseException as exc:
@@ -140,7 +141,10 @@ class IngestHandler:
         box: list[Decoded] = []
         # The decoder's completion does not wake the loop, the ack does.
         self.decoder.submit(
-            job, tenant, body, functools.partial(self._decoded, tenant, signal, ack, box)
+            job,
+            tenant,
+            body,
+            functools.partial(self._decoded, tenant, signal, ack, box, (job, body)),
         )
         try:
             # Shielded: a client that goes away must not cancel the acknowledgement.

@@ -21,6 +21,7 @@ from typing import Protocol, cast
 import pyarrow as pa
 
 from shoal.ack import Ack, resolve_acks
+from shoal.decoding import DecodeJob
 from shoal.errors import NotReadyError, ShuttingDownError, WalFatalError
 from shoal.server import records
 from shoal.server.queue import IngestQueue
@@ -80,18 +81,33 @@ class Ingestor:
         self.queue.check()
 
     def append(
-        self, tenant: str, signal: str, table: pa.Table, ack: Ack, payload: bytes | None = None
+        self,
+        tenant: str,
+        signal: str,
+        table: pa.Table,
+        ack: Ack,
+        payload: bytes | None = None,
+        source: tuple[DecodeJob, bytes] | None = None,
     ) -> None:
         """Decoder's thread: admit, encode (unless ``payload`` is the encoded rows), append;
-        ``ack`` resolves in :meth:`on_durable`."""
+        ``ack`` resolves in :meth:`on_durable`.
+
+        A protobuf request (remote write, OTLP over HTTP or gRPC) is logged as
+        ``source``, its job and body, instead of its rows (``records.encode_request``)."""
         self.check_admission()
         wal = self._wal
         assert wal is not None
-        if payload is None:
+        # What the rows count for is the length of their encoded rows, also when they are
+        # slices of larger buffers (a decoder's cache), whose buffer sizes would count
+        # those whole, and when the request is logged instead.
+        if payload is not None:
+            nbytes = len(payload)
+        elif source is not None and source[0].wire in records.LOGGED_AS_REQUESTS:
+            payload = records.encode_request(tenant, signal, *source)
+            nbytes = records.rows_bytes(tenant, signal, table)
+        else:
             payload = records.encode(tenant, signal, table)
-        # The payload's length is what the rows hold, also when they are slices of larger
-        # buffers (a decoder's cache), whose buffer sizes would count those whole.
-        nbytes = len(payload)
+            nbytes = len(payload)
         self.queue.acquire(nbytes)
         try:
             tag: DurableTag = (tenant, signal, table, ack, nbytes)

@@ -36,7 +36,7 @@ from shoal.api.ingest_handler import IngestHandler
 from shoal.api.otlp_grpc import create_server
 from shoal.config import Config
 from shoal.decoding import DecodeRunner, ThreadDecoder
-from shoal.errors import ConfigError
+from shoal.errors import ConfigError, WalError
 from shoal.pgwire.server import PgServer
 from shoal.promql import mapping
 from shoal.query.service import QueryService
@@ -263,8 +263,15 @@ class ServerRuntime:
                 exists = store.exists(*key)
                 committed[key] = store.open(*key).committed_lsn() if exists else 0
             if record.lsn > committed[key]:
-                tenant, table, data = records.decode(record.payload)
-                self.snapshot.add(tenant, table, record.lsn, data)
+                try:
+                    tenant, table, data = records.decode(record.payload)
+                except WalError as exc:  # nothing is skipped: the start stops here
+                    raise WalError(
+                        f"WAL record {record.lsn} cannot be read back ({exc}); the server "
+                        "does not start without it (`shoal wal verify` lists the segments)"
+                    ) from None
+                size = records.rows_bytes(tenant, table, data)
+                self.snapshot.add(tenant, table, record.lsn, data, size)
                 replayed += 1
             else:
                 self.snapshot.note_lsn(record.lsn)

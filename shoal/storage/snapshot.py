@@ -100,8 +100,10 @@ class Snapshot:
 
     # -- writers ---------------------------------------------------------------
 
-    def add(self, tenant: str, table: str, lsn: int, data: pa.Table) -> None:
-        self.add_many([(lsn, (tenant, table, data))])
+    def add(
+        self, tenant: str, table: str, lsn: int, data: pa.Table, size: int | None = None
+    ) -> None:
+        self.add_many([(lsn, (tenant, table, data))], [size])
 
     def add_many(
         self,

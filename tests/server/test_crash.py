@@ -15,6 +15,8 @@ import pytest
 
 from loadtest import remote_write
 from loadtest.ingest import BASE_NS, ID_STRIDE, WorkerSpec, run_load
+from shoal.wal.codec import SEGMENT_HEADER_SIZE, FrameScanner
+from shoal.wal.recovery import inspect_directory
 from tests.server.conftest import ServerFactory, delta_rows
 
 POINTS = 200
@@ -107,6 +109,18 @@ SERIES = 200
 that after the first the rows are slices of the decoder's series cache."""
 
 
+def _wal_payloads(wal_dir: Path) -> list[bytes]:
+    """The payloads in the WAL's segments, read as they are on disk."""
+    out = []
+    for seg in inspect_directory(wal_dir, 1 << 26):
+        data = seg.path.read_bytes()[: seg.valid_end]
+        for _lsn, _rtype, start, stop in FrameScanner(
+            data, SEGMENT_HEADER_SIZE, seg.first_lsn, 1 << 26
+        ):
+            out.append(data[start:stop])
+    return out
+
+
 def _remote_write_body(request_id: int) -> bytes:
     # every sample of request r carries timestamp BASE_MS + r: which request it came from
     return remote_write.compress(
@@ -127,8 +141,8 @@ def test_sigkill_under_remote_write_loses_and_duplicates_nothing(
     start_server: ServerFactory, tmp_path: Path
 ) -> None:
     """Remote write with SIGKILL under load: every acknowledged request's samples are
-    stored once after the restart (its WAL records are the sparse payloads of rows that
-    sliced the series cache)."""
+    stored once after the restart (its WAL records are the requests themselves, decoded
+    again when they are replayed)."""
     data = tmp_path / "data"
     env = {"SHOAL_FLUSH_MAX_BYTES": "512KiB", "SHOAL_FLUSH_MAX_AGE_S": "0.5"}
     server = start_server(data, env=env)
@@ -163,6 +177,8 @@ def test_sigkill_under_remote_write_loses_and_duplicates_nothing(
     for thread in senders:
         thread.join(30)
     assert len(acked) >= 40
+    versions = Counter(payload[0] for payload in _wal_payloads(data / "wal"))
+    assert versions[3] and set(versions) == {3}, versions  # logged as requests
 
     restarted = start_server(data, env=env)
     assert restarted.terminate() == 0  # replays, then flushes everything on SIGTERM

@@ -151,3 +151,29 @@ def test_two_listeners_on_one_port_is_one_line_and_exit_2(tmp_path: Path) -> Non
     assert done.returncode == 2, done.stderr
     assert f"http_port and grpc_port are both {port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_logged_request_that_does_not_read_back_stops_the_start(tmp_path: Path) -> None:
+    """A WAL record whose logged request no longer decodes (a decoder that changed, say)
+    stops the start with one line naming the record; nothing is dropped or truncated."""
+    from loadtest import remote_write
+    from shoal.decoding import REMOTE_WRITE, DecodeJob
+    from shoal.promwrite.decode import V1
+    from shoal.server import records
+    from shoal.wal import Wal
+
+    job = DecodeJob("metrics", REMOTE_WRITE, V1, 1 << 20)
+    good = remote_write.compress(remote_write.encode([({"__name__": "up"}, [(1_000, 1.0)])]))
+    wal_dir = tmp_path / "data" / "wal"
+    wal = Wal.open(wal_dir)
+    for body in (good, b"\x05bad"):
+        wal.append(records.encode_request("default", "metrics", job, body)).result()
+    wal.shutdown()
+    before = {p.name: p.read_bytes() for p in wal_dir.iterdir()}
+    done = _serve(tmp_path)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("shoal: error:")]
+    assert len(errors) == 1, done.stderr
+    assert "WAL record 2 cannot be read back" in errors[0]
+    assert "not valid snappy" in errors[0]
+    assert {p.name: p.read_bytes() for p in wal_dir.iterdir()} == before
