@@ -142,32 +142,35 @@ def test_any_columns_left_out_round_trip(nulled: set[int], rows: int) -> None:
     assert got.schema == data.schema and got.equals(data)
 
 
-_SPARSE = records.encode("acme", "metrics", _METRICS_ROWS)
-_FULL = records.encode("acme", "not-a-signal", _METRICS_ROWS)
+_RW_JOB = {
+    v2: DecodeJob("metrics", REMOTE_WRITE, V2 if v2 else V1, 1 << 20) for v2 in (False, True)
+}
+_PAYLOADS = {
+    "sparse": records.encode("acme", "metrics", _METRICS_ROWS),
+    "full": records.encode("acme", "not-a-signal", _METRICS_ROWS),
+    "request": records.encode_request(
+        "acme", "metrics", _RW_JOB[False],
+        remote_write.compress(_body([(0, [5, 6], 0), (3, [7], 0), (7, [8], 0)], False)),
+    ),
+}  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
-@given(data=st.data(), sparse=st.booleans(), value=st.integers(0, 255))
-def test_a_changed_byte_is_refused_or_harmless(
-    data: st.DataObject, sparse: bool, value: int
-) -> None:
-    """A byte changed anywhere in a payload (header, bitmap, schema, batch) either raises
-    WalError or still reads as rows in the table's schema: no other error escapes. (The
-    WAL's frame checksum stops such a payload first; this is the second line.)"""
-    payload = _SPARSE if sparse else _FULL
+@settings(max_examples=450, deadline=None)
+@given(data=st.data(), kind=st.sampled_from(sorted(_PAYLOADS)), value=st.integers(0, 255))
+def test_a_changed_byte_is_refused_or_harmless(data: st.DataObject, kind: str, value: int) -> None:
+    """A byte changed anywhere in a payload (header, bitmap, schema, batch; a logged
+    request's wire, message and compressed body) either raises WalError or still reads as
+    rows in the table's schema: no other error escapes. (The WAL's frame checksum stops
+    such a payload first; this is the second line.)"""
+    payload = _PAYLOADS[kind]
     damaged = bytearray(payload)
     damaged[data.draw(st.integers(0, len(payload) - 1))] = value
     try:
         _, table, got = records.decode(bytes(damaged))
     except WalError:
         return
-    if table == "metrics" and damaged[0] == 2:
+    if table == "metrics" and damaged[0] in (2, 3):
         assert got.schema == _METRICS_ROWS.schema
-
-
-_RW_JOB = {
-    v2: DecodeJob("metrics", REMOTE_WRITE, V2 if v2 else V1, 1 << 20) for v2 in (False, True)
-}
 
 
 @settings(max_examples=80, deadline=None)
@@ -244,26 +247,3 @@ def test_rows_bytes_is_the_length_of_the_encoded_rows(
     assert records.rows_bytes(tenant, "x", dictionary) == len(
         records.encode(tenant, "x", dictionary)
     )
-
-
-_REQUEST = records.encode_request(
-    "acme", "metrics", _RW_JOB[False],
-    remote_write.compress(_body([(0, [5, 6], 0), (3, [7], 0), (7, [8], 0)], False)),
-)  # fmt: skip
-
-
-@settings(max_examples=300, deadline=None)
-@given(data=st.data(), value=st.integers(0, 255))
-def test_a_changed_byte_in_a_logged_request_is_refused_or_harmless(
-    data: st.DataObject, value: int
-) -> None:
-    """A logged request with a byte changed anywhere (header, wire, message, compressed
-    body) raises WalError or reads as rows of the metrics table: no other error."""
-    damaged = bytearray(_REQUEST)
-    damaged[data.draw(st.integers(0, len(_REQUEST) - 1))] = value
-    try:
-        _, table, got = records.decode(bytes(damaged))
-    except WalError:
-        return
-    if table == "metrics" and damaged[0] == 3:
-        assert got.schema == _METRICS_ROWS.schema
