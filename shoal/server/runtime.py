@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import os
@@ -415,16 +416,24 @@ class ServerRuntime:
         with contextlib.suppress(asyncio.CancelledError, TimeoutError):
             await asyncio.wait_for(http_task, max(0.1, deadline - time.monotonic()))
         await loop.run_in_executor(None, self.decoder.close)
+        committed = False
         if self.flusher is not None and not fatal:
             flushed = await loop.run_in_executor(
                 None, self.flusher.shutdown, max(0.1, deadline - time.monotonic())
             )
             if not flushed:
                 logger.warning("final flush incomplete; the WAL keeps the rest for replay")
+            # every acknowledged record is in a table: the WAL holds nothing to replay
+            committed = flushed and self.snapshot.rows == 0
         if self.wal is not None:
             try:
                 await loop.run_in_executor(
-                    None, self.wal.shutdown, max(0.1, deadline - time.monotonic())
+                    None,
+                    functools.partial(
+                        self.wal.shutdown,
+                        max(0.1, deadline - time.monotonic()),
+                        retire=committed,
+                    ),
                 )
             except Exception:
                 logger.exception("closing the WAL failed")

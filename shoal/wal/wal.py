@@ -18,7 +18,7 @@ from shoal.errors import (
     WalError,
     WalFatalError,
 )
-from shoal.wal.codec import MAX_RTYPE, MIN_RTYPE
+from shoal.wal.codec import MAX_RTYPE, MIN_RTYPE, SEGMENT_HEADER_SIZE
 from shoal.wal.fileops import OS_FILE_OPS, FileOps
 from shoal.wal.metrics import NOOP_METRICS, WalMetrics
 from shoal.wal.recovery import POLICIES, RecoveryReport, recover
@@ -259,11 +259,39 @@ class Wal:
 
     # -- closing -----------------------------------------------------------------
 
-    def shutdown(self, timeout: float = 30.0) -> None:
-        """Refuse new appends, write and fsync what is queued, close the files."""
-        if self._writer.shutdown(timeout) and self._lock_fd is not None:
+    def shutdown(self, timeout: float = 30.0, *, retire: bool = False) -> None:
+        """Refuse new appends, write and fsync what is queued, close the files.
+
+        ``retire``: the caller has committed every record elsewhere (the server after
+        a final flush that took everything). The log is then left as one empty segment
+        that continues its LSNs: the next start replays nothing, and it reads alike for
+        any version of the server that knows the segment format, whatever the records'
+        payloads were (docs/operations.md, going back to an earlier version)."""
+        if not self._writer.shutdown(timeout):
+            return
+        if retire and self._writer.fatal is None:
+            self._retire()
+        if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    def _retire(self) -> None:
+        """Start an empty segment after the last LSN and remove every segment before it."""
+        last = self.last_lsn
+        metas = self._segments.snapshot()
+        if not metas:
+            return
+        tail = metas[-1]
+        try:
+            if tail.first_lsn != last + 1 or tail.end != SEGMENT_HEADER_SIZE:
+                fresh = create_segment(self._segments.ops, self._directory, last + 1, last)
+                fresh.close()
+                self._segments.add(fresh.meta)
+            removed = self.truncate_before(last + 1)
+        except (OSError, WalError):
+            logger.exception("leaving the WAL as it is: its records replay at the next start")
+            return
+        logger.info("WAL retired: %d segment(s) removed, next LSN %d", removed, last + 1)
 
     def __enter__(self) -> Wal:
         return self

@@ -101,7 +101,41 @@ def test_ready_only_after_replay_and_sigterm_flushes(
     assert restarted.terminate() == 0
     assert "stopped" in restarted.log()
     assert delta_rows(data, "default", "metrics").num_rows == (61 + early) * 100
-    # After the final flush the WAL holds nothing that needs replaying.
+    # After a final flush that took everything, the WAL is one empty segment that
+    # continues the LSNs: nothing to replay, nothing only this version can read.
+    last_lsn = 61 + early
+    assert _wal_files(data) == [(f"{last_lsn + 1:020d}.wal", 40)]
     third = start_server(data, env=env)
     assert metric_value(scrape(third), "shoal_snapshot_rows") == 0
-    assert third.terminate() == 0
+    assert _post(third.http_port, 61) == 200  # LSN last_lsn + 1, into that segment
+    third.kill()
+    fourth = start_server(data, env=env)
+    assert metric_value(scrape(fourth), "shoal_snapshot_rows") == 100  # replayed
+    assert fourth.terminate() == 0
+    assert delta_rows(data, "default", "metrics").num_rows == (62 + early) * 100
+    assert _wal_files(data) == [(f"{last_lsn + 2:020d}.wal", 40)]
+
+
+def _wal_files(data: Path) -> list[tuple[str, int]]:
+    return sorted((p.name, p.stat().st_size) for p in (data / "wal").glob("*.wal"))
+
+
+def test_a_failed_final_flush_leaves_the_wal_to_replay(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    env = {"SHOAL_FLUSH_MAX_AGE_S": "3600"}
+    server = start_server(data, env=env)
+    for i in range(5):
+        assert _post(server.http_port, i) == 200
+    # the tenant's directory cannot be made: the flush at SIGTERM fails
+    (data / "tenants").mkdir(exist_ok=True)
+    (data / "tenants" / "default").write_bytes(b"in the way")
+    assert server.terminate() == 0
+    assert "final flush incomplete" in server.log()
+    (data / "tenants" / "default").unlink()
+    assert [size > 40 for _, size in _wal_files(data)] == [True]
+    restarted = start_server(data, env=env)
+    assert metric_value(scrape(restarted), "shoal_snapshot_rows") == 500
+    assert restarted.terminate() == 0
+    assert delta_rows(data, "default", "metrics").num_rows == 500

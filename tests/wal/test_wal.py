@@ -123,6 +123,56 @@ def test_lsns_survive_truncation_of_every_record(tmp_path: Path) -> None:
         wal.shutdown(10)
 
 
+def test_a_retired_log_is_one_empty_segment_that_continues_the_lsns(tmp_path: Path) -> None:
+    wal = Wal.open(tmp_path, segment_bytes=4096)
+    for i in range(40):
+        wal.append(payload_for(i, 300)).result(timeout=10)
+    assert wal.segment_count() > 2
+    wal.shutdown(10, retire=True)
+    files = segments(tmp_path)
+    assert [f.name for f in files] == [f"{41:020d}.wal"]
+    header = decode_segment_header(files[0].read_bytes())
+    assert (header.first_lsn, header.prev_lsn) == (41, 40)
+    assert files[0].stat().st_size == 40  # the header alone
+    got, wal = replay_all(tmp_path, segment_bytes=4096)
+    try:
+        assert got == [] and wal.recovery_report.clean
+        assert wal.append(b"next").result(timeout=10) == 41
+    finally:
+        wal.shutdown(10)
+    got, wal = replay_all(tmp_path, segment_bytes=4096)
+    wal.shutdown(10)
+    assert got == [(41, b"next")]
+
+
+def test_retiring_an_empty_or_already_retired_log_changes_nothing(tmp_path: Path) -> None:
+    Wal.open(tmp_path).shutdown(10, retire=True)
+    assert [f.name for f in segments(tmp_path)] == [f"{1:020d}.wal"]
+    write_log(tmp_path, [b"a", b"b"])
+    wal = Wal.open(tmp_path)
+    wal.shutdown(10, retire=True)
+    wal = Wal.open(tmp_path)
+    wal.shutdown(10, retire=True)  # a second time: the empty segment is already the last
+    files = segments(tmp_path)
+    assert [f.name for f in files] == [f"{3:020d}.wal"] and files[0].stat().st_size == 40
+    got, wal = replay_all(tmp_path)
+    try:
+        assert got == [] and wal.append(b"c").result(timeout=10) == 3
+    finally:
+        wal.shutdown(10)
+
+
+def test_shutdown_without_retire_keeps_every_record(tmp_path: Path) -> None:
+    wal = Wal.open(tmp_path, segment_bytes=4096)
+    for i in range(40):
+        wal.append(payload_for(i, 300)).result(timeout=10)
+    wal.shutdown(10)
+    got, wal = replay_all(tmp_path, segment_bytes=4096)
+    wal.shutdown(10, retire=False)
+    assert got == [(i + 1, payload_for(i, 300)) for i in range(40)]
+    assert len(segments(tmp_path)) > 2
+
+
 def test_min_next_lsn_skips_ahead_and_the_gap_is_not_corruption(tmp_path: Path) -> None:
     write_log(tmp_path, [b"a", b"b"])
     wal = Wal.open(tmp_path, min_next_lsn=100)
