@@ -102,10 +102,13 @@ def test_large_dictionaries_are_written_plain(
     assert pq.ParquetFile(paths[0]).schema_arrow.equals(METRICS_SCHEMA)
 
 
-def test_files_of_several_row_groups_merge(tmp_path: Path) -> None:
-    # A flush of more than one row group (128Ki rows) gives each row group its own
-    # dictionaries; the map columns' string leaves must still read as dictionaries.
-    data = metrics_table(300_000, start_us=T0_US, span_s=3000, series=400, seed=7)
+def test_files_of_several_row_groups_merge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A flush of more than one row group gives each row group its own dictionaries; the
+    # map columns' string leaves must still read as dictionaries. Row groups of 2,048
+    # rows instead of 128Ki make several of them from a few thousand rows, in the flushed
+    # file and in the merged ones alike.
+    monkeypatch.setattr(layout, "ROW_GROUP_ROWS", 2048)
+    data = metrics_table(9_000, start_us=T0_US, span_s=3000, series=400, seed=7)
     ((hour, piece),) = layout.split_by_hour(data, METRICS)
     big = tmp_path / "in" / layout.hour_file_path(hour)
     big.parent.mkdir(parents=True)
@@ -115,6 +118,7 @@ def test_files_of_several_row_groups_merge(tmp_path: Path) -> None:
     out = tmp_path / "out"
     written = merge_runs(WriteTarget(str(out), METRICS, 128 * 1024 * 1024, 60), [inputs])
     paths = [str(out / str(w["path"])) for w in written]
+    assert sum(pq.ParquetFile(p).num_row_groups for p in paths) > 1
     assert rows_multiset(_read(paths)) == rows_multiset(_read(inputs))
 
 

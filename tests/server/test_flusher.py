@@ -62,6 +62,9 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
 
 def test_counts_never_dip_or_double_while_flushing(rig: Rig) -> None:
     rig.store.open("default", "metrics")
+    # decoded before the threads start: decoding beside a reader that never sleeps
+    # spends most of its time waiting for the interpreter lock
+    tables = [_rows(i) for i in range(120)]
     rig.flusher.start()
     acked = 0
     done = threading.Event()
@@ -81,8 +84,8 @@ def test_counts_never_dip_or_double_while_flushing(rig: Rig) -> None:
 
     thread = threading.Thread(target=reader)
     thread.start()
-    for i in range(120):
-        rig.append("default", "metrics", _rows(i))
+    for table in tables:
+        rig.append("default", "metrics", table)
         acked += 50
     done.set()
     thread.join()
