@@ -124,9 +124,8 @@ def test_lsns_survive_truncation_of_every_record(tmp_path: Path) -> None:
 
 
 def test_a_retired_log_is_one_empty_segment_that_continues_the_lsns(tmp_path: Path) -> None:
+    write_log(tmp_path, [payload_for(i, 300) for i in range(40)], segment_bytes=4096)
     wal = Wal.open(tmp_path, segment_bytes=4096)
-    for i in range(40):
-        wal.append(payload_for(i, 300)).result(timeout=10)
     assert wal.segment_count() > 2
     wal.shutdown(10, retire=True)
     files = segments(tmp_path)
@@ -160,17 +159,6 @@ def test_retiring_an_empty_or_already_retired_log_changes_nothing(tmp_path: Path
         assert got == [] and wal.append(b"c").result(timeout=10) == 3
     finally:
         wal.shutdown(10)
-
-
-def test_shutdown_without_retire_keeps_every_record(tmp_path: Path) -> None:
-    wal = Wal.open(tmp_path, segment_bytes=4096)
-    for i in range(40):
-        wal.append(payload_for(i, 300)).result(timeout=10)
-    wal.shutdown(10)
-    got, wal = replay_all(tmp_path, segment_bytes=4096)
-    wal.shutdown(10, retire=False)
-    assert got == [(i + 1, payload_for(i, 300)) for i in range(40)]
-    assert len(segments(tmp_path)) > 2
 
 
 def test_min_next_lsn_skips_ahead_and_the_gap_is_not_corruption(tmp_path: Path) -> None:
