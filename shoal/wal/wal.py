@@ -266,10 +266,12 @@ class Wal:
         a final flush that took everything). The log is then left as one empty segment
         that continues its LSNs: the next start replays nothing, and it reads alike for
         any version of the server that knows the segment format, whatever the records'
-        payloads were (docs/operations.md, going back to an earlier version)."""
+        payloads were (docs/operations.md, going back to an earlier version). A log
+        whose replay stopped at damage (policy ``stop``) is never retired: the records
+        after the damage were not replayed, so nothing committed them."""
         if not self._writer.shutdown(timeout):
             return
-        if retire and self._writer.fatal is None:
+        if retire and self._writer.fatal is None and self._replay_limit is None:
             self._retire()
         if self._lock_fd is not None:
             os.close(self._lock_fd)

@@ -181,6 +181,16 @@ def test_stop_policy_replays_nothing_after_the_damage_and_refuses_appends(tmp_pa
     assert files[1].with_name(files[1].name + ".broken").exists()
 
 
+def test_a_log_that_stopped_at_damage_is_not_retired(tmp_path: Path) -> None:
+    # The records after the damage were never replayed, so nothing committed them.
+    files = _three_segment_log(tmp_path)
+    _damage(files[1], SEGMENT_HEADER_SIZE + 917 + 100, xor=0x01)  # record 6
+    before = [f.read_bytes() for f in files]
+    wal = Wal.open(tmp_path, segment_bytes=4096, corruption_policy="stop")
+    wal.shutdown(10, retire=True)
+    assert [f.read_bytes() for f in segments(tmp_path)] == before
+
+
 def test_bad_header_in_a_middle_segment_is_damage(tmp_path: Path) -> None:
     files = _three_segment_log(tmp_path)
     _damage(files[1], 0, b"NOTAWAL!")
