@@ -155,10 +155,10 @@ def encode_request(tenant: str, table: str, job: DecodeJob, body: bytes) -> byte
 def rows_bytes(tenant: str, table: str, data: pa.Table) -> int:
     """``len(encode(tenant, table, data))``, without encoding: what a request's rows
     count for in the ingest queue and the snapshot, whichever way they are logged."""
-    _, bitmap, schema, batches = _stream_parts(table, data)
+    version, bitmap, schema, batches = _stream_parts(table, data)
     if schema is None:
         return len(encode(tenant, table, data))
-    head = 3 + len(tenant.encode("utf-8")) + len(table.encode("utf-8")) + len(bitmap)
+    head = len(_head(version, tenant, table)) + len(bitmap)
     body: int = sum(pa.ipc.get_record_batch_size(b) for b in batches)
     return head + len(schema) + body + len(_END_OF_STREAM)
 
