@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 LOCK   := requirements.lock
-# One stamp per set of extras, keyed on pyproject.toml and the lock file: `make serve`
-# installs only what the server runs; the test and Spark extras come with `make test`.
-HASH   := $(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
+# One stamp per set of extras, keyed on pyproject.toml, the lock file and the C source the
+# install compiles: `make serve` installs only what the server runs; the test and Spark
+# extras come with `make test`.
+HASH   := $(shell cat pyproject.toml $(LOCK) shoal/promwrite/_scan.c | cksum | cut -d' ' -f1)
 SERVE_STAMP := $(VENV)/.installed-serve-$(HASH)
 STAMP  := $(VENV)/.installed-dev-$(HASH)
 PYTEST := $(BIN)/python -m pytest
@@ -19,11 +20,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(SERVE_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
+$(SERVE_STAMP): pyproject.toml $(LOCK) shoal/promwrite/_scan.c | $(BIN)/python
 	$(PIP) -e .
 	touch $(SERVE_STAMP)
 
-$(STAMP): pyproject.toml $(LOCK) | $(BIN)/python
+$(STAMP): pyproject.toml $(LOCK) shoal/promwrite/_scan.c | $(BIN)/python
 	$(PIP) -e '.[dev,spark]'
 	touch $(STAMP) $(SERVE_STAMP)
 

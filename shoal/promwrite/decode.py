@@ -138,35 +138,98 @@ def decode(body: bytes, message: str, known: KnownSeries | None = _KNOWN) -> Wri
         named = np.asarray(table.column("metric_name").is_valid(), dtype=np.bool_)
     else:
         table, rows, named = known.rows(_keys(labels, n, key_extra), build)
-    return _rows(series, table, rows, named, created, symbols)
+    return _rows(_Samples.of(series), table, rows, named, created, series, symbols)
 
 
 def _decode_v1_raw(body: bytes, known: KnownSeries) -> Written | None:
     """A 1.0 request decoded from its samples and the encoded bytes of its labels, which
     key the series cache; a series not yet cached is worked out from the request decoded
     in full. None for a request this does not cover (no series, metadata, exemplars,
-    histograms, or bytes that are not a request): the full decoder takes it."""
-    try:
-        batch = _DECODER.batch(proto.V1_RAW, body, "")
-    except DecodeError:
-        return None
-    series = batch.column("timeseries").flatten()
-    n = len(series)
-    if (
-        not n
-        or _has_entries(batch.column("metadata"))
-        or _has_entries(series.field("exemplars"))
-        or _has_entries(series.field("histograms"))
-    ):
-        return None
+    histograms, or bytes that are not a request): the full decoder takes it.
+
+    The C scanner (:data:`SCAN_V1`) does the reading without the interpreter lock when it
+    was built; else ptars does, with the lock."""
+    if SCAN_V1 is not None:
+        scanned = SCAN_V1(body)
+        if scanned is None:
+            return None
+        keys, samples = _scanned(scanned)
+    else:
+        try:
+            batch = _DECODER.batch(proto.V1_RAW, body, "")
+        except DecodeError:
+            return None
+        series = batch.column("timeseries").flatten()
+        if (
+            not len(series)
+            or _has_entries(batch.column("metadata"))
+            or _has_entries(series.field("exemplars"))
+            or _has_entries(series.field("histograms"))
+        ):
+            return None
+        keys, samples = _raw_keys(series.field("labels"), len(series)), _Samples.of(series)
+    n = len(keys)
 
     def build(positions: np.ndarray[Any, Any]) -> pa.Table:
         full = _DECODER.batch(V1, body, f"body is not a valid {V1}")
         subset = _v1(full.column("timeseries").flatten()).subset(positions, n)
         return _series_columns(subset, len(positions), lambda names: [Meta()] * len(names))
 
-    table, rows, named = known.rows(_raw_keys(series.field("labels"), n), build)
-    return _rows(series, table, rows, named, None, None)
+    table, rows, named = known.rows(keys, build)
+    return _rows(samples, table, rows, named, None, None, None)
+
+
+Scanned = tuple[int, bytes, bytes, bytes, bytes, bytes]
+"""What ``_scan.scan_v1`` returns: series count, key offsets, keys, sample offsets,
+values, timestamps (see ``shoal/promwrite/_scan.c``)."""
+
+
+def _load_scanner() -> Callable[[bytes], Scanned | None] | None:
+    try:
+        from shoal.promwrite._scan import scan_v1
+    except ImportError:  # built without a C compiler: ptars does the same work
+        return None
+    return scan_v1
+
+
+SCAN_V1 = _load_scanner()
+
+
+def _scanned(scanned: Scanned) -> tuple[pa.Array, _Samples]:
+    """The cache keys and samples of a scanned request, as views of the scanner's bytes."""
+    n, key_offsets, keys, sample_offsets, values, times = scanned
+    key_array = pa.Array.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(key_offsets), pa.py_buffer(keys)]
+    )
+    counts = np.diff(np.frombuffer(sample_offsets, np.int32)).astype(np.int64)
+    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
+    return key_array, _Samples(
+        counts, owner, np.frombuffer(values, np.float64), np.frombuffer(times, np.int64)
+    )
+
+
+@dataclasses.dataclass
+class _Samples:
+    """Every sample of a request: per series its count; per sample its series, value and
+    time (milliseconds)."""
+
+    counts: np.ndarray[Any, Any]
+    owner: np.ndarray[Any, Any]
+    values: np.ndarray[Any, Any]
+    t_ms: np.ndarray[Any, Any]
+
+    @classmethod
+    def of(cls, series: pa.StructArray) -> _Samples:
+        """The samples of decoded series, copied (a view would keep the request's
+        decoded buffers alive while its rows wait for their flush)."""
+        samples = series.field("samples")
+        flat = samples.flatten()
+        return cls(
+            _lengths(samples),
+            _owners(samples),
+            flat.field("value").to_numpy(zero_copy_only=False).copy(),
+            flat.field("timestamp").to_numpy(zero_copy_only=False).astype(np.int64),
+        )
 
 
 def _raw_keys(labels: pa.ListArray, n: int) -> pa.Array:
@@ -516,27 +579,23 @@ def _constants(n: int) -> dict[str, pa.Array]:
 
 
 def _rows(
-    series: pa.StructArray,
+    samples: _Samples,
     table: pa.Table,
     rows: np.ndarray[Any, Any],
     named: np.ndarray[Any, Any],
     created_ms: np.ndarray[Any, Any] | None,
+    series: pa.StructArray | None,
     symbols: pa.Array | None,
 ) -> Written:
     """The request's rows: series ``i``'s columns are row ``rows[i]`` of ``table``, repeated
     for its samples; the samples of series without a name are refused.
 
-    ``created_ms`` None: no series has a created timestamp."""
-    samples = series.field("samples")
-    counts = _lengths(samples)
-    owner = _owners(samples)
-    flat = samples.flatten()
-    values = flat.field("value").to_numpy(zero_copy_only=False)
-    t_ms = flat.field("timestamp").to_numpy(zero_copy_only=False).astype(np.int64)
+    ``created_ms`` None: no series has a created timestamp. ``series`` (the decoded
+    series, for their exemplars) None: no series has exemplars."""
+    counts, owner, values, t_ms = samples.counts, samples.owner, samples.values, samples.t_ms
     if named.all():  # the common case: nothing to refuse, nothing to leave out
         errors: list[str] = []
         rejected = 0
-        values = values.copy()  # a view would keep the request's decoded buffers alive
     else:
         errors = [f"series {i}: no __name__ label" for i in np.flatnonzero(~named)[:10]]
         rejected = int(counts[~named].sum())
@@ -563,9 +622,11 @@ def _rows(
     if start is not None and start.any():
         columns["start_time_unix_nano"] = pa.array(start)
         columns["start_timestamp"] = pa.array(start // 1000, UTC_US, mask=start <= 0)
-    exemplars, exemplar_count = _exemplars(series, owner, counts, named, n, symbols)
-    if exemplar_count:
-        columns["exemplars"] = exemplars
+    exemplar_count = 0
+    if series is not None:
+        exemplars, exemplar_count = _exemplars(series, owner, counts, named, n, symbols)
+        if exemplar_count:
+            columns["exemplars"] = exemplars
     result = pa.Table.from_arrays(list(columns.values()), schema=METRICS_SCHEMA)
     return Written(DecodeResult(result, n, rejected, errors), n, exemplar_count)
 

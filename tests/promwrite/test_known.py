@@ -3,6 +3,8 @@ gives, request after request, through hits, misses, refusals and the cache start
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 
 from loadtest import remote_write
 from shoal.errors import DecodeError
+from shoal.promwrite import decode as decode_module
 from shoal.promwrite.decode import V1, V2, decode
 from shoal.promwrite.known import KnownSeries, _Known
 
@@ -67,9 +70,30 @@ def _same(a: pa.Table, b: pa.Table) -> None:
     assert a.to_pylist() == b.to_pylist()
 
 
+@contextlib.contextmanager
+def _scanner(on: bool) -> Iterator[None]:
+    """The C scanner in use (as built) or not (ptars reads cached series instead)."""
+    built = decode_module.SCAN_V1
+    decode_module.SCAN_V1 = built if on else None
+    try:
+        yield
+    finally:
+        decode_module.SCAN_V1 = built
+
+
+@pytest.mark.parametrize("scan", [True, False], ids=["C scanner", "ptars"])
 @settings(max_examples=150, deadline=None)
 @given(sequence=requests, v2=st.booleans(), max_series=st.sampled_from([2, 4, 1000]))
 def test_cached_rows_equal_rows_worked_out_afresh(
+    scan: bool, sequence: list[list[tuple[int, list[int], int]]], v2: bool, max_series: int
+) -> None:
+    """Through the C scanner or ptars, a request of cached series gets the rows the full
+    decoder gives."""
+    with _scanner(scan):
+        _check_cached_rows(sequence, v2, max_series)
+
+
+def _check_cached_rows(
     sequence: list[list[tuple[int, list[int], int]]], v2: bool, max_series: int
 ) -> None:
     known = KnownSeries(max_series=max_series, max_bytes=1 << 30)
@@ -232,17 +256,25 @@ def test_a_run_that_turns_to_other_rows_is_not_followed_past_the_turn() -> None:
     assert known.rows(pa.array([b"k1", b"k2", b"k3x"])).tolist() == [1, 2, -1]
 
 
+@pytest.mark.parametrize("scan", [False, True])
 @pytest.mark.parametrize("v2", [False, True])
-def test_rows_keep_none_of_the_decoded_request_alive(v2: bool, decoder_output: Any) -> None:
+def test_rows_keep_none_of_the_decoded_request_alive(
+    v2: bool, scan: bool, decoder_output: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The rows share no buffer with the protobuf decoder's output. Those buffers are
     imported through Arrow's C interface, where one buffer still referenced keeps the whole
     decoded request alive: rows waiting in the snapshot for their flush would hold every
     request's labels and samples (the peers benchmark's peak RSS went from ~440 to
-    ~590 MB when the value column was a view)."""
+    ~590 MB when the value column was a view). A 1.0 request of cached series read by
+    the C scanner meets no protobuf decoder at all."""
+    if not scan:
+        monkeypatch.setattr(decode_module, "SCAN_V1", None)
     known = KnownSeries(max_series=100, max_bytes=1 << 30)
     for times in ([1], [2, 3]):  # new series, then all of them cached
         decoder_output.clear()
         body = _body([(i, times, i % len(V2_META)) for i in (0, 1, 3, 4)], v2)
         rows = decode(body, V2 if v2 else V1, known).result.table
-        assert rows.num_rows == 4 * len(times) and decoder_output.batches
+        assert rows.num_rows == 4 * len(times)
+        scanned = scan and not v2 and times == [2, 3]
+        assert bool(decoder_output.batches) != scanned
         assert decoder_output.shared(rows) == set()
