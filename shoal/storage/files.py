@@ -9,6 +9,7 @@ adds; when the commit is refused, :meth:`TableFiles.discard` deletes them again.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import shutil
 from collections.abc import Iterable, Sequence
@@ -96,11 +97,16 @@ class TableFiles:
                 if target.parent not in dirs:
                     make_dirs_durable(target.parent, self.root)
                     dirs.add(target.parent)
-                size = layout.write_parquet(piece, target, self.spec)
-                if self.spec.index_columns:
-                    series.write_summary(self.root, self.spec, rel, piece)
-                stats = layout.compute_stats(piece, self.spec)
-                prepared.append(PreparedFile(rel, size, stats, self.compute_coverage(piece)))
+                # the Parquet encoding (no interpreter lock) beside the file's summaries
+                written = layout.HELPERS.submit(layout.write_parquet, piece, target, self.spec)
+                try:
+                    if self.spec.index_columns:
+                        series.write_summary(self.root, self.spec, rel, piece)
+                    stats = layout.compute_stats(piece, self.spec)
+                    coverage = self.compute_coverage(piece)
+                finally:
+                    concurrent.futures.wait([written])  # never return with a file half written
+                prepared.append(PreparedFile(rel, written.result(), stats, coverage))
             for d in dirs:
                 fsync_dir(d)
             faults.point("parquet-written")

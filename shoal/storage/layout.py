@@ -16,6 +16,7 @@ so every file of a table looks the same to a reader:
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime as dt
 import functools
@@ -348,13 +349,22 @@ def reorder(table: pa.Table, order: np.ndarray[Any, np.dtype[np.intp]]) -> pa.Ta
     decoders leave many of them (histogram fields in gauge rows, exemplars and
     the like): taking them would allocate and fill their buffers for nothing.
     Chunked columns are taken as they are; copying them into one chunk first
-    costs more and doubles the peak memory of a flush.
+    costs more and doubles the peak memory of a flush. Two columns are taken at a
+    time, on :data:`HELPERS` (a take runs without the interpreter lock).
     """
     indices = pa.array(order)
-    columns = [
-        column if _same_in_every_row(column) else column.take(indices) for column in table.columns
-    ]
-    return pa.Table.from_arrays(columns, schema=table.schema)
+
+    def take(column: pa.ChunkedArray) -> pa.ChunkedArray:
+        return column if _same_in_every_row(column) else column.take(indices)
+
+    return pa.Table.from_arrays(list(HELPERS.map(take, table.columns)), schema=table.schema)
+
+
+HELPERS = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="shoal-write")
+"""Two threads for the Arrow work of writing files, which runs without the interpreter
+lock: column takes side by side, a file's Parquet encoding beside its summaries
+(docs/rationale.md). Their threads start on first use. Work handed to them never hands
+work to them in turn, so they cannot wait on each other."""
 
 
 def split_by_hour(table: pa.Table, spec: TableSpec) -> list[tuple[int, pa.Table]]:
