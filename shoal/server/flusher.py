@@ -9,10 +9,18 @@ commits each table with ``wal_lsn=L`` (no lock held), drops that table's
 flushed batches from the snapshot, and once every table succeeded truncates the
 WAL below ``L + 1``. A table whose flush fails keeps its rows in the snapshot
 and the WAL and is retried next round: nothing is dropped.
+
+When a whole flush's worth of rows (``flush_max_bytes``) arrived while a round
+was writing, the flusher has fallen behind ingest, and the next round shares its
+writing with ``helpers`` (two threads: the column takes side by side, the Parquet
+encoding beside the summaries). A flusher that keeps up writes alone: the threads
+would take CPU from the decoding thread, which then is the stage that limits
+ingest (docs/rationale.md).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -33,7 +41,9 @@ often (and whenever a round leaves the snapshot empty)."""
 
 
 class FlushTable(Protocol):
-    def flush(self, data: pa.Table, wal_lsn: int) -> CommitResult | None: ...
+    def flush(
+        self, data: pa.Table, wal_lsn: int, *, helpers: concurrent.futures.Executor | None
+    ) -> CommitResult | None: ...
 
     def committed_lsn(self) -> int: ...
 
@@ -65,6 +75,7 @@ class Flusher:
         poll_s: float = 0.05,
         trim: Callable[[], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        helpers: concurrent.futures.Executor | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._store = store
@@ -81,6 +92,11 @@ class Flusher:
         self.rounds = 0
         self._trim = trim or pa.default_memory_pool().release_unused
         self._clock = clock
+        self._helpers = helpers
+        self._behind = False
+        """A flush's worth of rows arrived while the last round was writing."""
+        self.shared_rounds = 0
+        """Rounds that shared their writing with the helpers."""
         self._trimmed_at = clock()
         self.trims = 0
 
@@ -124,6 +140,8 @@ class Flusher:
             lsn, parts = self._snapshot.take()
             if not parts:
                 return True
+            helpers = self._helpers if self._behind else None
+            self.shared_rounds += helpers is not None
             ok = True
             for (tenant, table), batches in sorted(parts.items()):
                 started = time.perf_counter()
@@ -132,7 +150,7 @@ class Flusher:
                     data = pa.Table.from_batches(
                         [b.batch for b in batches], schema=schema or batches[0].batch.schema
                     )
-                    result = self._table(tenant, table).flush(data, wal_lsn=lsn)
+                    result = self._table(tenant, table).flush(data, lsn, helpers=helpers)
                 except Exception:
                     ok = False
                     self._metrics.flush_failed(tenant, table)
@@ -152,6 +170,7 @@ class Flusher:
                     tenant, table, data.num_rows, lsn, seconds,
                 )  # fmt: skip
             self.rounds += 1
+            self._behind = self._snapshot.bytes >= self._max_bytes
             if ok:
                 self._wal.truncate_before(lsn + 1)
             self._hand_back_pages()

@@ -48,6 +48,7 @@ from shoal.server.ingestor import Ingestor
 from shoal.server.preflight import INGEST_THREADS, SNAPSHOT_LIMIT_FLUSHES
 from shoal.server.queue import IngestQueue
 from shoal.server.telemetry import ServerMetrics, StorageMetricsAdapter, WalMetricsAdapter
+from shoal.storage import layout
 from shoal.storage.snapshot import Snapshot
 from shoal.storage.store import TableStore
 from shoal.wal import Wal
@@ -383,6 +384,7 @@ class ServerRuntime:
             self.config.flush_max_bytes,
             self.config.flush_max_age_s,
             self.metrics,
+            helpers=layout.HELPERS,
         )
         self.flusher.start()
         self.ingestor.open(wal)

@@ -86,27 +86,33 @@ class TableFiles:
         columns = [c for c in (self.spec.time_column, *self.spec.series_columns) if c in names]
         return self.compute_coverage(pq.read_table(path, columns=columns))
 
-    def write(self, data: pa.Table) -> list[PreparedFile]:
-        """Split conformed rows by hour, sort, write and fsync the files and their coverage."""
+    def write(
+        self, data: pa.Table, helpers: concurrent.futures.Executor | None = None
+    ) -> list[PreparedFile]:
+        """Split conformed rows by hour, sort, write and fsync the files and their coverage.
+
+        With ``helpers`` (``layout.HELPERS``), the columns are taken in sorted order on
+        their threads, and each file's Parquet encoding runs there beside its summaries."""
         prepared: list[PreparedFile] = []
         dirs: set[Path] = set()
         try:
-            for hour, piece in layout.split_by_hour(data, self.spec):
+            for hour, piece in layout.split_by_hour(data, self.spec, helpers):
                 rel = layout.hour_file_path(hour)
                 target = self.root / rel
                 if target.parent not in dirs:
                     make_dirs_durable(target.parent, self.root)
                     dirs.add(target.parent)
-                # the Parquet encoding (no interpreter lock) beside the file's summaries
-                written = layout.HELPERS.submit(layout.write_parquet, piece, target, self.spec)
-                try:
-                    if self.spec.index_columns:
-                        series.write_summary(self.root, self.spec, rel, piece)
-                    stats = layout.compute_stats(piece, self.spec)
-                    coverage = self.compute_coverage(piece)
-                finally:
-                    concurrent.futures.wait([written])  # never return with a file half written
-                prepared.append(PreparedFile(rel, written.result(), stats, coverage))
+                if helpers is None:
+                    size = layout.write_parquet(piece, target, self.spec)
+                    stats, coverage = self._describe(rel, piece)
+                else:  # the Parquet encoding (no interpreter lock) beside the summaries
+                    written = helpers.submit(layout.write_parquet, piece, target, self.spec)
+                    try:
+                        stats, coverage = self._describe(rel, piece)
+                    finally:
+                        concurrent.futures.wait([written])  # never leave it half written
+                    size = written.result()
+                prepared.append(PreparedFile(rel, size, stats, coverage))
             for d in dirs:
                 fsync_dir(d)
             faults.point("parquet-written")
@@ -115,6 +121,12 @@ class TableFiles:
             self.discard(prepared)
             raise
         return prepared
+
+    def _describe(self, rel: str, piece: pa.Table) -> tuple[layout.FileStats, cov.Coverage]:
+        """A file's series summary (written beside it), statistics and coverage."""
+        if self.spec.index_columns:
+            series.write_summary(self.root, self.spec, rel, piece)
+        return layout.compute_stats(piece, self.spec), self.compute_coverage(piece)
 
     def adopt(
         self, source: Path, hours: set[int], stats: layout.FileStats, coverage: cov.Coverage

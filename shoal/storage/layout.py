@@ -342,33 +342,43 @@ def _same_in_every_row(column: pa.ChunkedArray) -> bool:
     )
 
 
-def reorder(table: pa.Table, order: np.ndarray[Any, np.dtype[np.intp]]) -> pa.Table:
+def reorder(
+    table: pa.Table,
+    order: np.ndarray[Any, np.dtype[np.intp]],
+    helpers: concurrent.futures.Executor | None = None,
+) -> pa.Table:
     """``table.take(order)``, column by column, leaving columns equal in every row as they are.
 
     Any order of an all-null (or all-empty) column is the column itself, and the
     decoders leave many of them (histogram fields in gauge rows, exemplars and
     the like): taking them would allocate and fill their buffers for nothing.
     Chunked columns are taken as they are; copying them into one chunk first
-    costs more and doubles the peak memory of a flush. Two columns are taken at a
-    time, on :data:`HELPERS` (a take runs without the interpreter lock).
+    costs more and doubles the peak memory of a flush. With ``helpers`` (such as
+    :data:`HELPERS`) the columns are taken on their threads, side by side (a take runs
+    without the interpreter lock).
     """
     indices = pa.array(order)
 
     def take(column: pa.ChunkedArray) -> pa.ChunkedArray:
         return column if _same_in_every_row(column) else column.take(indices)
 
-    return pa.Table.from_arrays(list(HELPERS.map(take, table.columns)), schema=table.schema)
+    columns = helpers.map(take, table.columns) if helpers else map(take, table.columns)
+    return pa.Table.from_arrays(list(columns), schema=table.schema)
 
 
 HELPERS = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="shoal-write")
 """Two threads for the Arrow work of writing files, which runs without the interpreter
-lock: column takes side by side, a file's Parquet encoding beside its summaries
-(docs/rationale.md). Their threads start on first use. Work handed to them never hands
-work to them in turn, so they cannot wait on each other."""
+lock: column takes side by side, a file's Parquet encoding beside its summaries. The
+flusher hands them a round only when it has fallen behind (docs/rationale.md). Their
+threads start on first use. Work handed to them never hands work to them in turn, so
+they cannot wait on each other."""
 
 
-def split_by_hour(table: pa.Table, spec: TableSpec) -> list[tuple[int, pa.Table]]:
-    """Sort rows by (hour, sort columns) and cut them into one table per hour."""
+def split_by_hour(
+    table: pa.Table, spec: TableSpec, helpers: concurrent.futures.Executor | None = None
+) -> list[tuple[int, pa.Table]]:
+    """Sort rows by (hour, sort columns) and cut them into one table per hour (``helpers``:
+    see :func:`reorder`)."""
     if table.num_rows == 0:
         return []
     time_us = time_as_us(table.column(spec.time_column))
@@ -378,7 +388,7 @@ def split_by_hour(table: pa.Table, spec: TableSpec) -> list[tuple[int, pa.Table]
         keys = [spec.time_column]
     order = sort_order(table, keys, hours)
     if not np.all(order[1:] > order[:-1]):
-        table = reorder(table, order)
+        table = reorder(table, order, helpers)
         hours = hours[order]
     cuts = np.flatnonzero(np.diff(hours)) + 1
     bounds = [0, *cuts.tolist(), table.num_rows]

@@ -11,6 +11,7 @@ shorthand for one. docs/storage.md has the commit protocol and its crash points.
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 import logging
 import math
@@ -138,10 +139,12 @@ class Table:
         wal_lsn: int,
         *,
         app_id: str = WAL_APP_ID,
+        helpers: concurrent.futures.Executor | None = None,
     ) -> CommitResult | None:
         """Write rows as hourly Parquet files and commit them with txn ``(app_id, wal_lsn)``.
 
         Returns None, committing nothing, when the table already holds ``wal_lsn``.
+        ``helpers``: threads to share the writing with (:meth:`TableFiles.write`).
         """
         if wal_lsn <= 0:
             raise ValueError(f"wal_lsn must be positive, got {wal_lsn}")
@@ -150,7 +153,7 @@ class Table:
             return None
         if not isinstance(data, pa.Table):
             data = pa.Table.from_batches(list(data)) if data else self.spec.schema.empty_table()
-        prepared = self.files.write(self.files.conform(data))
+        prepared = self.files.write(self.files.conform(data), helpers)
         result = self.commit(
             Commit(
                 operation="flush",

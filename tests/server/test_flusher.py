@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from loadtest import payloads
@@ -28,13 +31,26 @@ def _rows(i: int, points: int = 50) -> pa.Table:
 
 
 class Rig:
-    def __init__(self, tmp: Path, max_bytes: int = 1 << 30, max_age_s: float = 3600) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        max_bytes: int = 1 << 30,
+        max_age_s: float = 3600,
+        helpers: Executor | None = None,
+    ) -> None:
         self.snapshot = Snapshot()
         self.store = TableStore(tmp / "data")
         self.wal = Wal.open(tmp / "data" / "wal", on_durable=self.snapshot.add_many)
         self.metrics = ServerMetrics()
         self.flusher = Flusher(
-            self.snapshot, self.store, self.wal, max_bytes, max_age_s, self.metrics, poll_s=0.01
+            self.snapshot,
+            self.store,
+            self.wal,
+            max_bytes,
+            max_age_s,
+            self.metrics,
+            poll_s=0.01,
+            helpers=helpers,
         )
 
     def append(self, tenant: str, table: str, data: pa.Table) -> int:
@@ -97,6 +113,90 @@ def test_counts_never_dip_or_double_while_flushing(rig: Rig) -> None:
     assert rig.wal.segment_count() == 1  # everything before the last LSN truncated
 
 
+class _Counting(ThreadPoolExecutor):
+    """Helpers that count the work handed to them."""
+
+    def __init__(self) -> None:
+        super().__init__(2)
+        self.tasks = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.tasks += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_only_a_flusher_that_fell_behind_shares_its_writing(tmp_path: Path) -> None:
+    """A round writes alone unless a whole flush's worth of rows arrived while the round
+    before it was writing; then it hands the column takes and the Parquet encoding to the
+    helpers, and writes the same rows in the same order as a round that writes alone."""
+    helpers = _Counting()
+    tables = [_rows(i) for i in range(8)]
+    # what a request counts in the snapshot here: its buffers (Snapshot.add_many)
+    one_request = max(sum(b.get_total_buffer_size() for b in t.to_batches()) for t in tables)
+    rig = Rig(tmp_path / "a", helpers=helpers)
+    alone = Rig(tmp_path / "b")
+    stores = [_During(rig), _During(alone)]
+    shared, single = (
+        Flusher(r.snapshot, store, r.wal, 3 * one_request, 3600, r.metrics, helpers=h)
+        for r, store, h in ((rig, stores[0], helpers), (alone, stores[1], None))
+    )
+
+    def round_with(arriving: list[pa.Table]) -> None:
+        for store in stores:
+            store.arriving = list(arriving)
+        assert shared.flush() and single.flush()
+
+    try:
+        for r in (rig, alone):
+            r.append("acme", "metrics", tables[0])
+        round_with(tables[1:3])  # short of a flush's worth arrives during the round
+        round_with(tables[3:6])  # a flush's worth arrives during the next one
+        assert (shared.shared_rounds, helpers.tasks) == (0, 0)
+        round_with(tables[6:])  # behind: shared
+        assert shared.shared_rounds == 1 and helpers.tasks > 1
+        round_with([])  # less than a flush's worth arrived: alone again
+        assert shared.shared_rounds == 1
+        round_with([])
+        assert shared.shared_rounds == 1 and rig.snapshot.rows == 0
+        read = [_read(r.store, "acme", "metrics") for r in (rig, alone)]
+        assert read[0].num_rows == 8 * 50 and read[0].equals(read[1])
+    finally:
+        rig.close()
+        alone.close()
+        helpers.shutdown()
+
+
+class _During:
+    """A store whose tables acknowledge the requests of ``arriving`` while they flush."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.rig = rig
+        self.arriving: list[pa.Table] = []
+
+    def open(self, tenant: str, table: str) -> FlushTable:
+        inner, rig, store = self.rig.store.open(tenant, table), self.rig, self
+
+        class Table:
+            def flush(
+                self, data: pa.Table, wal_lsn: int, *, helpers: Executor | None
+            ) -> CommitResult | None:
+                for request in store.arriving:
+                    rig.append(tenant, table, request)
+                store.arriving = []
+                return inner.flush(data, wal_lsn, helpers=helpers)
+
+            def committed_lsn(self) -> int:
+                return inner.committed_lsn()
+
+        return Table()
+
+
+def _read(store: TableStore, tenant: str, table: str) -> pa.Table:
+    """Every row of a table's files, file by file in commit order, as written."""
+    files = store.open(tenant, table).snapshot().files
+    return pa.concat_tables([pq.read_table(f.path) for f in files])
+
+
 def test_a_failing_flush_keeps_the_rows_and_is_retried(tmp_path: Path) -> None:
     rig = Rig(tmp_path)
     failures = {"left": 2}
@@ -138,7 +238,9 @@ class _Arriving:
         inner, rig = self.rig.store.open(tenant, table), self.rig
 
         class Table:
-            def flush(self, data: pa.Table, wal_lsn: int) -> CommitResult | None:
+            def flush(
+                self, data: pa.Table, wal_lsn: int, *, helpers: Executor | None
+            ) -> CommitResult | None:
                 rig.append(tenant, table, _rows(1000 + wal_lsn))
                 return inner.flush(data, wal_lsn)
 
