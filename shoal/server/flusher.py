@@ -62,6 +62,8 @@ class FlushMetrics(Protocol):
 
     def flush_failed(self, tenant: str, table: str) -> None: ...
 
+    def flush_shared(self) -> None: ...
+
 
 class Flusher:
     def __init__(
@@ -141,7 +143,9 @@ class Flusher:
             if not parts:
                 return True
             helpers = self._helpers if self._behind else None
-            self.shared_rounds += helpers is not None
+            if helpers is not None:
+                self.shared_rounds += 1
+                self._metrics.flush_shared()
             ok = True
             for (tenant, table), batches in sorted(parts.items()):
                 started = time.perf_counter()

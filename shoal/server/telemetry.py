@@ -175,6 +175,13 @@ _FAMILIES: tuple[_Family, ...] = (
         "Table flushes that failed (retried next round).",
         ("tenant", "table"),
     ),
+    _Family(
+        "flush_shared_rounds_total",
+        Counter,
+        "shoal_flush_shared_rounds_total",
+        "Flush rounds that had fallen behind ingest and shared their writing with helper threads.",
+        (),
+    ),
     _Family("snapshot_rows", Gauge, "shoal_snapshot_rows", "Rows in the in-memory snapshot.", ()),
     _Family(
         "snapshot_bytes", Gauge, "shoal_snapshot_bytes", "Bytes in the in-memory snapshot.", ()
@@ -254,6 +261,7 @@ class ServerMetrics:
     flush_rows_total: Counter
     flush_bytes_total: Counter
     flush_failures_total: Counter
+    flush_shared_rounds_total: Counter
     snapshot_rows: Gauge
     snapshot_bytes: Gauge
     snapshot_oldest_age: Gauge
@@ -328,6 +336,9 @@ class ServerMetrics:
 
     def flush_failed(self, tenant: str, table: str) -> None:
         self.flush_failures_total.labels(tenant, table).inc()
+
+    def flush_shared(self) -> None:
+        self.flush_shared_rounds_total.inc()
 
 
 class WalMetricsAdapter:

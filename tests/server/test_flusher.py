@@ -158,6 +158,7 @@ def test_only_a_flusher_that_fell_behind_shares_its_writing(tmp_path: Path) -> N
         assert shared.shared_rounds == 1
         round_with([])
         assert shared.shared_rounds == 1 and rig.snapshot.rows == 0
+        assert "shoal_flush_shared_rounds_total 1.0" in rig.metrics.exposition()[0].decode()
         read = [_read(r.store, "acme", "metrics") for r in (rig, alone)]
         assert read[0].num_rows == 8 * 50 and read[0].equals(read[1])
     finally:
