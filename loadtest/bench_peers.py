@@ -64,7 +64,7 @@ def rw_bodies(groups: list[int], rounds: range, t0_ms: int, shuffled: bool = Fal
     for g in groups:
         labels = [
             b"".join(
-                remote_write._field(1, remote_write._label(k, v))
+                remote_write.field(1, remote_write.label(k, v))
                 for k, v in sorted(
                     {
                         "__name__": f"bench_metric_{(g * PER_REQUEST + i) % 50}",
@@ -82,10 +82,9 @@ def rw_bodies(groups: list[int], rounds: range, t0_ms: int, shuffled: bool = Fal
             if shuffled:
                 random.Random(g * 1000 + r).shuffle(order)
             body = b"".join(
-                remote_write._field(
+                remote_write.field(
                     1,
-                    labels[i]
-                    + remote_write._field(2, remote_write._sample(t, float((r + i) % 997))),
+                    labels[i] + remote_write.field(2, remote_write.sample(t, float((r + i) % 997))),
                 )
                 for i in order
             )

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import cramjam
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """A protobuf varint (a negative int64 as its 64-bit two's complement)."""
     if n < 0:
         n += 1 << 64
     out = bytearray()
@@ -30,25 +31,28 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint((number << 3) | 2) + _varint(len(payload)) + payload
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (a message, bytes or a string)."""
+    return varint((number << 3) | 2) + varint(len(payload)) + payload
 
 
-def _label(name: str, value: str) -> bytes:
-    return _field(1, name.encode()) + _field(2, value.encode())
+def label(name: str, value: str) -> bytes:
+    """A ``Label`` message's contents."""
+    return field(1, name.encode()) + field(2, value.encode())
 
 
-def _sample(t_ms: int, value: float) -> bytes:
-    return b"\x09" + struct.pack("<d", value) + b"\x10" + _varint(t_ms)
+def sample(t_ms: int, value: float) -> bytes:
+    """A ``Sample`` message's contents."""
+    return b"\x09" + struct.pack("<d", value) + b"\x10" + varint(t_ms)
 
 
 def encode(series: Iterable[tuple[Mapping[str, str], Sequence[tuple[int, float]]]]) -> bytes:
     """The uncompressed WriteRequest for ``(labels, [(t_ms, value), ...])`` pairs."""
     body = bytearray()
     for labels, samples in series:
-        ts = b"".join(_field(1, _label(k, v)) for k, v in sorted(labels.items()))
-        ts += b"".join(_field(2, _sample(t, v)) for t, v in samples)
-        body += _field(1, ts)
+        ts = b"".join(field(1, label(k, v)) for k, v in sorted(labels.items()))
+        ts += b"".join(field(2, sample(t, v)) for t, v in samples)
+        body += field(1, ts)
     return bytes(body)
 
 
@@ -58,12 +62,12 @@ def compress(raw: bytes) -> bytes:
 
 def metadata_v1(family: str, kind: int, help_text: str = "", unit: str = "") -> bytes:
     """A ``MetricMetadata`` field of a 1.0 WriteRequest (append it to :func:`encode`'s output)."""
-    body = b"\x08" + _varint(kind) + _field(2, family.encode())
+    body = b"\x08" + varint(kind) + field(2, family.encode())
     if help_text:
-        body += _field(4, help_text.encode())
+        body += field(4, help_text.encode())
     if unit:
-        body += _field(5, unit.encode())
-    return _field(3, body)
+        body += field(5, unit.encode())
+    return field(3, body)
 
 
 class Symbols:
@@ -77,12 +81,12 @@ class Symbols:
 
     def refs(self, labels: Mapping[str, str]) -> bytes:
         packed = b"".join(
-            _varint(self.ref(k)) + _varint(self.ref(v)) for k, v in sorted(labels.items())
+            varint(self.ref(k)) + varint(self.ref(v)) for k, v in sorted(labels.items())
         )
-        return _field(1, packed)
+        return field(1, packed)
 
     def encode(self) -> bytes:
-        return b"".join(_field(4, s.encode()) for s in self.table)
+        return b"".join(field(4, s.encode()) for s in self.table)
 
 
 def encode_v2(
@@ -95,15 +99,15 @@ def encode_v2(
     timeseries = bytearray()
     for labels, samples, extra in series:
         ts = symbols.refs(labels)
-        ts += b"".join(_field(2, _sample(t, v)) for t, v in samples)
+        ts += b"".join(field(2, sample(t, v)) for t, v in samples)
         for ex_labels, value, t in extra.get("exemplars", ()):  # type: ignore[attr-defined]
             ex = symbols.refs(ex_labels) + b"\x11" + struct.pack("<d", value) + b"\x18"
-            ts += _field(4, ex + _varint(t))
-        meta = b"\x08" + _varint(int(extra.get("type", 0)))  # type: ignore[call-overload]
-        meta += b"\x18" + _varint(symbols.ref(str(extra.get("help", ""))))
-        meta += b"\x20" + _varint(symbols.ref(str(extra.get("unit", ""))))
-        ts += _field(5, meta)
+            ts += field(4, ex + varint(t))
+        meta = b"\x08" + varint(int(extra.get("type", 0)))  # type: ignore[call-overload]
+        meta += b"\x18" + varint(symbols.ref(str(extra.get("help", ""))))
+        meta += b"\x20" + varint(symbols.ref(str(extra.get("unit", ""))))
+        ts += field(5, meta)
         if extra.get("created"):
-            ts += b"\x30" + _varint(int(extra["created"]))  # type: ignore[call-overload]
-        timeseries += _field(5, ts)
+            ts += b"\x30" + varint(int(extra["created"]))  # type: ignore[call-overload]
+        timeseries += field(5, ts)
     return symbols.encode() + bytes(timeseries)

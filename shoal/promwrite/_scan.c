@@ -49,32 +49,38 @@ static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
     return -1;
 }
 
-/* A tag: field number and wire type; -1 for field 0 or a malformed varint. */
-static int read_tag(const uint8_t **p, const uint8_t *end, uint32_t *field, int *wire) {
-    uint64_t tag;
+/* A field as read by next_field: its number, its wire type and, when it is
+ * length-delimited, its contents [at, at + len). */
+typedef struct {
+    uint32_t number;
+    int wire;
+    const uint8_t *at;
+    size_t len;
+} Field;
+
+/* The next field at *p: its tag and, for a length-delimited field, its contents, which
+ * *p then has moved past; any other field's value is still at *p. -1 for field number 0
+ * or a malformed varint or length. */
+static int next_field(const uint8_t **p, const uint8_t *end, Field *f) {
+    uint64_t tag, n;
     if (read_varint(p, end, &tag) < 0) return -1;
     if ((tag >> 3) == 0 || (tag >> 3) > 0x1fffffff) return -1;
-    *field = (uint32_t)(tag >> 3);
-    *wire = (int)(tag & 7);
-    return 0;
-}
-
-/* A length-delimited field's contents: [*start, *start + *len) within end. */
-static int read_len(const uint8_t **p, const uint8_t *end, const uint8_t **start, size_t *len) {
-    uint64_t n;
-    if (read_varint(p, end, &n) < 0) return -1;
-    if (n > (uint64_t)(end - *p)) return -1;
-    *start = *p;
-    *len = (size_t)n;
+    f->number = (uint32_t)(tag >> 3);
+    f->wire = (int)(tag & 7);
+    f->at = NULL;
+    f->len = 0;
+    if (f->wire != WIRE_LEN) return 0;
+    if (read_varint(p, end, &n) < 0 || n > (uint64_t)(end - *p)) return -1;
+    f->at = *p;
+    f->len = (size_t)n;
     *p += n;
     return 0;
 }
 
-/* Skip a field of an unknown number; -1 for groups and malformed fields. */
+/* Move past the value of a field this scanner does not read (a length-delimited one is
+ * already behind *p); -1 for groups and malformed values. */
 static int skip(const uint8_t **p, const uint8_t *end, int wire) {
     uint64_t ignored;
-    const uint8_t *start;
-    size_t len;
     switch (wire) {
     case WIRE_VARINT:
         return read_varint(p, end, &ignored);
@@ -83,7 +89,7 @@ static int skip(const uint8_t **p, const uint8_t *end, int wire) {
         *p += 8;
         return 0;
     case WIRE_LEN:
-        return read_len(p, end, &start, &len);
+        return 0;
     case WIRE_I32:
         if (end - *p < 4) return -1;
         *p += 4;
@@ -104,16 +110,15 @@ static uint64_t load_le64(const uint8_t *p) {
 static int read_sample(const uint8_t *p, const uint8_t *end, double *value, int64_t *time) {
     uint64_t bits = 0, t = 0;
     while (p < end) {
-        uint32_t field;
-        int wire;
-        if (read_tag(&p, end, &field, &wire) < 0) return -1;
-        if (field == 1) {
-            if (wire != WIRE_I64 || end - p < 8) return -1;
+        Field f;
+        if (next_field(&p, end, &f) < 0) return -1;
+        if (f.number == 1) {
+            if (f.wire != WIRE_I64 || end - p < 8) return -1;
             bits = load_le64(p);
             p += 8;
-        } else if (field == 2) {
-            if (wire != WIRE_VARINT || read_varint(&p, end, &t) < 0) return -1;
-        } else if (skip(&p, end, wire) < 0) {
+        } else if (f.number == 2) {
+            if (f.wire != WIRE_VARINT || read_varint(&p, end, &t) < 0) return -1;
+        } else if (skip(&p, end, f.wire) < 0) {
             return -1;
         }
     }
@@ -140,52 +145,44 @@ static int read_series(const uint8_t *start, const uint8_t *end, Scan *s) {
     uint8_t *key = s->keys ? s->keys + s->key_offsets[s->series] : NULL;
     if (key) *key++ = RAW_KEY;
     while (p < end) {
-        uint32_t field;
-        int wire;
-        const uint8_t *at;
-        size_t len;
-        if (read_tag(&p, end, &field, &wire) < 0) return -1;
-        if (field == 1 || field == 2) {
-            if (wire != WIRE_LEN || read_len(&p, end, &at, &len) < 0) return -1;
-            if (field == 1) {
-                if (len > UINT32_MAX) return -1;
+        Field f;
+        if (next_field(&p, end, &f) < 0) return -1;
+        if (f.number == 1 || f.number == 2) {
+            if (f.wire != WIRE_LEN) return -1;
+            if (f.number == 1) {
+                if (f.len > UINT32_MAX) return -1;
                 if (key) {
-                    memcpy(key, at, len);
-                    key += len;
+                    memcpy(key, f.at, f.len);
+                    key += f.len;
                 }
                 labels++;
-                label_bytes += (Py_ssize_t)len;
+                label_bytes += (Py_ssize_t)f.len;
             } else {
                 if (s->values) {
                     double v;
                     int64_t t;
-                    if (read_sample(at, at + len, &v, &t) < 0) return -1;
+                    if (read_sample(f.at, f.at + f.len, &v, &t) < 0) return -1;
                     s->values[s->samples] = v;
                     s->times[s->samples] = t;
                 }
                 s->samples++;
             }
-        } else if (field == 3 || field == 4) {
+        } else if (f.number == 3 || f.number == 4) {
             return 1; /* exemplars, native histograms */
-        } else if (skip(&p, end, wire) < 0) {
+        } else if (skip(&p, end, f.wire) < 0) {
             return -1;
         }
     }
     if (key) {
-        /* each label's length, in the order of the labels */
-        p = start;
-        while (p < end) {
-            uint32_t field = 0;
-            int wire = 0;
-            const uint8_t *at = NULL;
-            size_t len = 0;
-            read_tag(&p, end, &field, &wire);
-            if (field == 1) {
-                read_len(&p, end, &at, &len);
-                uint32_t n = (uint32_t)len;
+        /* each label's length, in the order of the labels (the fields read well above) */
+        for (p = start; p < end;) {
+            Field f;
+            next_field(&p, end, &f);
+            if (f.number == 1) {
+                uint32_t n = (uint32_t)f.len;
                 for (int i = 0; i < 4; i++) *key++ = (uint8_t)(n >> (8 * i));
             } else {
-                skip(&p, end, wire);
+                skip(&p, end, f.wire);
             }
         }
     }
@@ -198,14 +195,11 @@ static int read_request(const uint8_t *p, const uint8_t *end, Scan *s) {
     s->series = s->samples = s->key_bytes = 0;
     if (s->sample_offsets) s->sample_offsets[0] = 0;
     while (p < end) {
-        uint32_t field;
-        int wire;
-        const uint8_t *at;
-        size_t len;
-        if (read_tag(&p, end, &field, &wire) < 0) return -1;
-        if (field == 1) {
-            if (wire != WIRE_LEN || read_len(&p, end, &at, &len) < 0) return -1;
-            int status = read_series(at, at + len, s);
+        Field f;
+        if (next_field(&p, end, &f) < 0) return -1;
+        if (f.number == 1) {
+            if (f.wire != WIRE_LEN) return -1;
+            int status = read_series(f.at, f.at + f.len, s);
             if (status != 0) return status;
             s->series++;
             if (s->key_bytes > INT32_MAX || s->samples > INT32_MAX) return 1;
@@ -213,9 +207,9 @@ static int read_request(const uint8_t *p, const uint8_t *end, Scan *s) {
                 s->sample_offsets[s->series] = (int32_t)s->samples;
                 s->key_offsets[s->series] = (int32_t)s->key_bytes;
             }
-        } else if (field == 3) {
+        } else if (f.number == 3) {
             return 1; /* metadata */
-        } else if (skip(&p, end, wire) < 0) {
+        } else if (skip(&p, end, f.wire) < 0) {
             return -1;
         }
     }

@@ -141,12 +141,12 @@ def test_a_refused_request_caches_nothing() -> None:
     known = KnownSeries(max_series=100, max_bytes=1 << 30)
     good = _body([(0, [1], 0)], False)
     decode(good, V1, known)
-    twice = remote_write._field(  # one series holding the label "a" twice
+    twice = remote_write.field(  # one series holding the label "a" twice
         1,
-        remote_write._field(1, remote_write._label("__name__", "m"))
-        + remote_write._field(1, remote_write._label("a", "1"))
-        + remote_write._field(1, remote_write._label("a", "2"))
-        + remote_write._field(2, remote_write._sample(1, 1.0)),
+        remote_write.field(1, remote_write.label("__name__", "m"))
+        + remote_write.field(1, remote_write.label("a", "1"))
+        + remote_write.field(1, remote_write.label("a", "2"))
+        + remote_write.field(2, remote_write.sample(1, 1.0)),
     )
     for _ in range(2):  # refused the second time too: the first left nothing behind
         with pytest.raises(DecodeError, match="appears twice"):
@@ -160,12 +160,12 @@ def test_label_bytes_that_run_together_alike_are_other_series() -> None:
     of it. Here two series' labels are the same bytes end to end, cut apart elsewhere:
     ``x=v, y=w`` against ``x=""`` and a label that sets value ``v``, name ``y``, then
     value ``w`` (the last value counts, and an empty value is no label)."""
-    f, name = remote_write._field, remote_write._field(1, remote_write._label("__name__", "m"))
+    f, name = remote_write.field, remote_write.field(1, remote_write.label("__name__", "m"))
     cut_one = [f(1, b"x") + f(2, b"v"), f(1, b"y") + f(2, b"w")]
     cut_two = [f(1, b"x"), f(2, b"v") + f(1, b"y") + f(2, b"w")]
     assert b"".join(cut_one) == b"".join(cut_two)
     one, two = (
-        f(1, name + b"".join(f(1, label) for label in cut) + f(2, remote_write._sample(5, 1.0)))
+        f(1, name + b"".join(f(1, label) for label in cut) + f(2, remote_write.sample(5, 1.0)))
         for cut in (cut_one, cut_two)
     )
     known = KnownSeries(max_series=100, max_bytes=1 << 30)

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loadtest import remote_write
 from shoal.errors import DecodeError
 from shoal.promwrite import decode, proto
 
@@ -37,21 +38,7 @@ def _scan(body: bytes) -> Any:
 # -- writing bodies field by field ------------------------------------------------------
 
 
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _len(field: int, payload: bytes) -> bytes:
-    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+_varint, _len, _label = remote_write.varint, remote_write.field, remote_write.label
 
 
 def _double(field: int, value: float) -> bytes:
@@ -64,10 +51,6 @@ def _int(field: int, value: int) -> bytes:
 
 def _fixed32(field: int, value: bytes) -> bytes:
     return _varint(field << 3 | 5) + value
-
-
-def _label(name: str, value: str) -> bytes:
-    return _len(1, name.encode()) + _len(2, value.encode())
 
 
 unknown_fields = st.lists(
