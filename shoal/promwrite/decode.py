@@ -202,9 +202,8 @@ def _scanned(scanned: Scanned) -> tuple[pa.Array, _Samples]:
         pa.binary(), n, [None, pa.py_buffer(key_offsets), pa.py_buffer(keys)]
     )
     counts = np.diff(np.frombuffer(sample_offsets, np.int32)).astype(np.int64)
-    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
     return key_array, _Samples(
-        counts, owner, np.frombuffer(values, np.float64), np.frombuffer(times, np.int64)
+        counts, np.frombuffer(values, np.float64), np.frombuffer(times, np.int64)
     )
 
 
@@ -214,9 +213,12 @@ class _Samples:
     time (milliseconds)."""
 
     counts: np.ndarray[Any, Any]
-    owner: np.ndarray[Any, Any]
     values: np.ndarray[Any, Any]
     t_ms: np.ndarray[Any, Any]
+    owner: np.ndarray[Any, Any] = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.owner = _owners_of(self.counts)
 
     @classmethod
     def of(cls, series: pa.StructArray) -> _Samples:
@@ -226,7 +228,6 @@ class _Samples:
         flat = samples.flatten()
         return cls(
             _lengths(samples),
-            _owners(samples),
             flat.field("value").to_numpy(zero_copy_only=False).copy(),
             flat.field("timestamp").to_numpy(zero_copy_only=False).astype(np.int64),
         )
@@ -387,7 +388,12 @@ def _lengths(lists: pa.ListArray) -> np.ndarray[Any, Any]:
 
 def _owners(lists: pa.ListArray) -> np.ndarray[Any, Any]:
     """Per entry of the lists, the list it is in."""
-    return np.repeat(np.arange(len(lists), dtype=np.int64), _lengths(lists))
+    return _owners_of(_lengths(lists))
+
+
+def _owners_of(counts: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Per entry, the list it is in, from each list's count of entries."""
+    return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
 
 
 def _names(labels: _Labels, n: int) -> list[str | None]:
