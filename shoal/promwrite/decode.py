@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -30,10 +29,10 @@ import pyarrow.compute as pc
 from shoal.errors import DecodeError, UnsupportedMediaTypeError
 from shoal.otlp.columns import empty_maps, hash_text, nulls
 from shoal.otlp.common import DecodeResult
+from shoal.otlp.known import KnownSeries, gather
 from shoal.otlp.metrics import series_ids
 from shoal.otlp.wire import ProtoArrow
 from shoal.promwrite import SCOPE, proto
-from shoal.promwrite.known import KnownSeries
 from shoal.schema import METRICS_SCHEMA, UTC_US
 
 V1 = "prometheus.WriteRequest"
@@ -608,7 +607,7 @@ def _rows(
         take = np.flatnonzero(named[owner])
         owner, values, t_ms = owner[take], values[take], t_ms[take]
     n = len(owner)
-    gathered = _gather(table, rows[owner])
+    gathered = gather(table, rows[owner])
     # every column of the schema, in its order: nulls and constants, then this request's
     columns: dict[str, pa.Array | pa.ChunkedArray] = dict(_constants(n))
     columns.update(zip(gathered.column_names, gathered.columns, strict=True))
@@ -635,36 +634,6 @@ def _rows(
             columns["exemplars"] = exemplars
     result = pa.Table.from_arrays(list(columns.values()), schema=METRICS_SCHEMA)
     return Written(DecodeResult(result, n, rejected, errors), n, exemplar_count)
-
-
-_MAX_RUNS = 8
-"""Runs of consecutive cached rows a request's rows may form and still be copied run by
-run: a copy of a few runs costs about half of gathering row by row."""
-
-
-def _gather(table: pa.Table, positions: np.ndarray[Any, Any]) -> pa.Table:
-    """Rows ``positions`` of ``table``, in one chunk per column: a slice, not a copy, when
-    they are consecutive rows of one chunk; copied run by run when they form a few runs of
-    consecutive rows; else gathered row by row.
-
-    The cache keeps new series in the order a request brought them, so a sender that sends
-    the same series in the same order (a Prometheus shard does, scrape after scrape, cut
-    into requests at the same or at shifting points) finds them in one run or a few. A
-    slice shares the cache's buffers, so what the rows hold is counted by their WAL
-    payload, not their buffer sizes."""
-    n = len(positions)
-    breaks = np.flatnonzero(np.diff(positions) != 1) + 1
-    if not n or len(breaks) >= _MAX_RUNS:
-        return table.take(pa.array(positions))
-    bounds = [0, *breaks.tolist(), n]
-    runs = [table.slice(int(positions[lo]), hi - lo) for lo, hi in itertools.pairwise(bounds)]
-    if len(runs) == 1 and runs[0].column(0).num_chunks == 1:
-        return runs[0]
-    columns = [
-        pa.concat_arrays([chunk for run in runs for chunk in run.column(i).chunks])
-        for i in range(table.num_columns)
-    ]
-    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 def _exemplars(

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from loadtest import remote_write
 from shoal.errors import DecodeError
+from shoal.otlp.known import KnownSeries, _Known
 from shoal.promwrite import decode as decode_module
 from shoal.promwrite.decode import V1, V2, decode
-from shoal.promwrite.known import KnownSeries, _Known
 
 # a small pool, so that requests share series; some without a name, some with empty values
 LABEL_SETS: list[dict[str, str]] = [
@@ -207,6 +207,22 @@ def test_requests_cut_elsewhere_copy_the_cached_runs() -> None:
     rows = decode(shifted, V1, known).result.table
     _same(rows, decode(shifted, V1, None).result.table)
     assert all(column.num_chunks == 1 for column in rows.columns)
+
+
+def test_a_cache_of_chunks_taken_row_by_row_becomes_one_chunk() -> None:
+    """Series that arrived in several requests leave the cache in chunks; the first request
+    whose rows are scattered over them copies them into one, and gets the same rows."""
+    known = KnownSeries(max_series=100, max_bytes=1 << 30)
+    for i in range(3):  # three requests of new series: three chunks
+        decode(_body([(s, [1], 0) for s in range(3 * i, 3 * i + 3)], False), V1, known)
+    generation = known._known
+    assert generation is not None and generation.table.column(0).num_chunks == 3
+    scattered = _body([(s, [2], 0) for s in range(8, -1, -1)], False)  # every row apart
+    rows = decode(scattered, V1, known).result.table
+    _same(rows, decode(scattered, V1, None).result.table)
+    assert generation.table.column(0).num_chunks == 1
+    in_order = _body([(s, [3], 0) for s in range(9)], False)
+    _same(decode(in_order, V1, known).result.table, decode(in_order, V1, None).result.table)
 
 
 def _generation(count: int) -> _Known:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from loadtest import remote_write
 from shoal.errors import DecodeError
 from shoal.promwrite import decode, proto
+from tests import wire_fields
 
 SCAN = decode.SCAN_V1
 
@@ -39,29 +40,8 @@ def _scan(body: bytes) -> Any:
 
 
 _varint, _len, _label = remote_write.varint, remote_write.field, remote_write.label
-
-
-def _double(field: int, value: float) -> bytes:
-    return _varint(field << 3 | 1) + struct.pack("<d", value)
-
-
-def _int(field: int, value: int) -> bytes:
-    return _varint(field << 3) + _varint(value)
-
-
-def _fixed32(field: int, value: bytes) -> bytes:
-    return _varint(field << 3 | 5) + value
-
-
-unknown_fields = st.lists(
-    st.one_of(
-        st.builds(_int, st.integers(5, 40), st.integers(0, 2**64 - 1)),
-        st.builds(_double, st.integers(5, 40), st.floats()),
-        st.builds(_len, st.integers(5, 40), st.binary(max_size=8)),
-        st.builds(_fixed32, st.integers(5, 40), st.binary(min_size=4, max_size=4)),
-    ),
-    max_size=2,
-)
+_double, _int = wire_fields.double, wire_fields.varint_field
+unknown_fields = wire_fields.unknown_fields()
 timestamps = st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(0, 2**41))
 STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
 values = st.one_of(st.floats(), st.just(STALE))

@@ -1,0 +1,3 @@
+def scan_metrics(
+    body: bytes, /
+) -> tuple[int, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes] | None: ...
