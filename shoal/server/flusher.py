@@ -3,8 +3,11 @@
 One thread. A round starts when the snapshot holds ``flush_max_bytes`` or its
 oldest row is ``flush_max_age_s`` old (and on shutdown); the thresholds are
 checked every 50 ms, since at full ingest rate a longer pause lets the snapshot
-grow well past ``flush_max_bytes`` before the round starts. It takes
-``L = last_lsn`` and every table's batches up to ``L`` in one step, writes and
+grow well past ``flush_max_bytes`` before the round starts. It takes an LSN
+``L`` and every table's batches up to ``L`` in one step (``L`` is the last LSN,
+or, when the snapshot holds more than ``flush_max_bytes``, the first at which
+the rows up to it reach that: a round's sorted copies then stay one round's
+worth, however far behind ingest the flusher is), writes and
 commits each table with ``wal_lsn=L`` (no lock held), drops that table's
 flushed batches from the snapshot, and once every table succeeded truncates the
 WAL below ``L + 1``. A table whose flush fails keeps its rows in the snapshot
@@ -125,7 +128,7 @@ class Flusher:
                 break
             if woken or self._due():
                 try:
-                    self.flush()
+                    self.flush(None if woken else self._max_bytes)
                 except Exception:
                     logger.exception("flush round failed; retrying next round")
 
@@ -136,10 +139,13 @@ class Flusher:
             found = self._tables[key] = self._store.open(tenant, table)
         return found
 
-    def flush(self) -> bool:
-        """One flush round; True when everything taken was committed and the WAL cut."""
+    def flush(self, max_bytes: int | None = None) -> bool:
+        """One flush round; True when everything taken was committed and the WAL cut.
+
+        ``max_bytes``: take only the rows up to the first LSN at which they reach it (the
+        thread's rounds take a round's worth, ``flush_max_bytes``); else every row."""
         with self._round_lock:
-            lsn, parts = self._snapshot.take()
+            lsn, parts = self._snapshot.take(max_bytes)
             if not parts:
                 return True
             helpers = self._helpers if self._behind else None

@@ -141,12 +141,38 @@ class Snapshot:
         with self._lock:
             self._last_lsn = max(self._last_lsn, lsn)
 
-    def take(self) -> tuple[int, dict[tuple[str, str], list[LsnBatch]]]:
-        """``(L, batches)``: the last LSN and every table's batches up to it, atomically."""
+    def take(
+        self, max_bytes: int | None = None
+    ) -> tuple[int, dict[tuple[str, str], list[LsnBatch]]]:
+        """``(L, batches)``: an LSN and every table's batches up to it, atomically.
+
+        ``L`` is the last LSN; with ``max_bytes``, the first LSN at which the batches up to
+        it reach ``max_bytes`` (all of them when they hold less), so that a round that
+        starts behind takes a round's worth, not the whole backlog."""
         with self._lock:
-            return self._last_lsn, {
-                key: list(buf.batches) for key, buf in self._tables.items() if buf.batches
-            }
+            lsn = self._last_lsn
+            if max_bytes is not None and self._bytes > max_bytes:
+                lsn = self._cut(max_bytes)
+            taken = {}
+            for key, buf in self._tables.items():
+                batches = [b for b in buf.batches if b.lsn <= lsn]
+                if batches:
+                    taken[key] = batches
+            return lsn, taken
+
+    def _cut(self, max_bytes: int) -> int:
+        """The first LSN at which the batches up to it, over every table, hold at least
+        ``max_bytes`` (the caller holds the lock; the snapshot holds more)."""
+        sizes: dict[int, int] = {}
+        for buf in self._tables.values():
+            for batch in buf.batches:
+                sizes[batch.lsn] = sizes.get(batch.lsn, 0) + batch.nbytes
+        total = 0
+        for lsn in sorted(sizes):
+            total += sizes[lsn]
+            if total >= max_bytes:
+                return lsn
+        return self._last_lsn
 
     def drop_through(self, tenant: str, table: str, lsn: int) -> int:
         """Drop a table's batches with LSN <= ``lsn`` (after their commit); returns rows dropped."""

@@ -277,3 +277,32 @@ def test_unused_pages_go_back_every_few_seconds_and_when_the_load_stops(tmp_path
         assert trims == [TRIM_EVERY_S, 7.0]
     finally:
         rig.close()
+
+
+def test_a_round_of_the_thread_takes_a_rounds_worth_and_leaves_the_rest(tmp_path: Path) -> None:
+    """Behind by several rounds, a round takes the rows up to the LSN at which they reach
+    ``flush_max_bytes`` and commits them with that LSN; the rest stays in the snapshot and
+    the WAL, every row visible once, and the next rounds take it in order."""
+    tables = [_rows(i) for i in range(6)]
+    one_request = max(sum(b.get_total_buffer_size() for b in t.to_batches()) for t in tables)
+    rig = Rig(tmp_path, max_bytes=2 * one_request)
+    try:
+        lsns = [rig.append("acme", "metrics", t) for t in tables]
+        rig.flusher.flush(2 * one_request)
+        taken = rig.store.open("acme", "metrics").committed_lsn()
+        assert taken == lsns[1]  # two requests reach a round's worth
+        assert rig.snapshot.rows == 4 * 50
+        assert rig.visible("acme", "metrics") == 6 * 50
+        # what a restart would replay past the table's commit is still in the WAL
+        assert [r.lsn for r in rig.wal.replay(after_lsn=taken)] == lsns[2:]
+        while rig.snapshot.rows:
+            rig.flusher.flush(2 * one_request)
+        assert rig.flusher.rounds == 3
+        written = _read(rig.store, "acme", "metrics")
+        expected = pa.concat_tables(tables)
+        assert written.num_rows == expected.num_rows
+        assert sorted(written.column("time_unix_nano").to_pylist()) == sorted(
+            expected.column("time_unix_nano").to_pylist()
+        )
+    finally:
+        rig.close()

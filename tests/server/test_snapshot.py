@@ -55,3 +55,32 @@ def test_given_sizes_count_instead_of_buffer_sizes() -> None:
     assert snap.bytes == 800 + _rows(3).get_total_buffer_size()
     snap.drop_through("a", "metrics", 1)
     assert snap.bytes == _rows(3).get_total_buffer_size() and snap.rows == 3
+
+
+def test_a_take_up_to_a_size_cuts_at_the_lsn_that_reaches_it() -> None:
+    """Sizes count over every table in LSN order, and a record is never split: its rows
+    in every table go with it."""
+    snap = Snapshot()
+    snap.add_many(
+        [
+            (1, ("a", "metrics", _rows(3))),
+            (2, ("a", "logs", _rows(2))),
+            (2, ("b", "metrics", _rows(2))),  # one LSN, two tables
+            (3, ("a", "metrics", _rows(1))),
+            (4, ("a", "logs", _rows(1))),
+        ],
+        [100, 50, 60, 100, 100],
+    )
+    assert snap.take(1000) == snap.take()  # holds less: everything
+    lsn, parts = snap.take(100)  # reached by the first record
+    assert lsn == 1 and {k: [b.lsn for b in v] for k, v in parts.items()} == {("a", "metrics"): [1]}
+    lsn, parts = snap.take(150)  # 100 + 110 at LSN 2: both of its tables
+    assert lsn == 2 and {k: [b.lsn for b in v] for k, v in parts.items()} == {
+        ("a", "metrics"): [1],
+        ("a", "logs"): [2],
+        ("b", "metrics"): [2],
+    }
+    lsn, parts = snap.take(211)
+    assert lsn == 3 and [b.lsn for b in parts[("a", "metrics")]] == [1, 3]
+    assert [b.lsn for b in parts[("a", "logs")]] == [2]
+    assert snap.rows == 9  # taking drops nothing
