@@ -36,6 +36,10 @@ for every request that brings new series would cost more than a few chunks cost 
 ``take``. Once the series stop coming, a table of several chunks that requests take
 from row by row is copied into one (see :meth:`KnownSeries.rows`): a take over four
 chunks of OTLP series cost twice one over one chunk (1.1 against 0.5 ms per 1,000 rows)."""
+_COMBINE_AFTER_TAKES = 8
+"""Requests that took rows one by one from a table of several chunks, with no series added
+in between, before it is copied into one chunk: a sender whose series keep changing adds
+chunks between its takes, and copying the whole table for each would cost more."""
 
 
 class _Known:
@@ -48,6 +52,8 @@ class _Known:
         self.named = np.asarray(table.column("metric_name").is_valid(), dtype=np.bool_)
         self.nbytes = table.get_total_buffer_size() + keys.nbytes
         self.index = {key: row for row, key in enumerate(keys.to_pylist())}
+        self.takes_since_add = 0
+        """Requests that took rows one by one from several chunks since the last add."""
 
     def rows(self, keys: pa.Array) -> np.ndarray[Any, np.dtype[np.int64]]:
         """Per key, its row (-1 when it has none).
@@ -98,6 +104,7 @@ class _Known:
             all_keys = all_keys.combine_chunks()
         named = np.asarray(table.column("metric_name").is_valid(), dtype=np.bool_)
         base = len(self.index)
+        self.takes_since_add = 0
         # rows first, then keys: a reader that finds a key finds its row
         self.named = np.concatenate([self.named, named])
         self.table = grown
@@ -141,8 +148,10 @@ class KnownSeries:
             missing = np.flatnonzero(rows < 0)
             if not len(missing):
                 if known.table.column(0).num_chunks > 1 and _scattered(rows):
-                    with self._lock:  # taken row by row: from one chunk from now on
-                        known.table = known.table.combine_chunks()
+                    known.takes_since_add += 1
+                    if known.takes_since_add >= _COMBINE_AFTER_TAKES:
+                        with self._lock:  # taken row by row: from one chunk from now on
+                            known.table = known.table.combine_chunks()
                 return known.table, rows, known.named[rows]
         else:
             missing = np.arange(len(keys))

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from loadtest import remote_write
 from shoal.errors import DecodeError
+from shoal.otlp import known as known_module
 from shoal.otlp.known import KnownSeries, _Known
 from shoal.promwrite import decode as decode_module
 from shoal.promwrite.decode import V1, V2, decode
@@ -210,16 +211,20 @@ def test_requests_cut_elsewhere_copy_the_cached_runs() -> None:
 
 
 def test_a_cache_of_chunks_taken_row_by_row_becomes_one_chunk() -> None:
-    """Series that arrived in several requests leave the cache in chunks; the first request
-    whose rows are scattered over them copies them into one, and gets the same rows."""
+    """Series that arrived in several requests leave the cache in chunks; requests whose
+    rows are scattered over them, with no series added in between, copy them into one
+    after a few, and get the same rows all along."""
     known = KnownSeries(max_series=100, max_bytes=1 << 30)
     for i in range(3):  # three requests of new series: three chunks
         decode(_body([(s, [1], 0) for s in range(3 * i, 3 * i + 3)], False), V1, known)
     generation = known._known
     assert generation is not None and generation.table.column(0).num_chunks == 3
     scattered = _body([(s, [2], 0) for s in range(8, -1, -1)], False)  # every row apart
-    rows = decode(scattered, V1, known).result.table
-    _same(rows, decode(scattered, V1, None).result.table)
+    for taken in range(1, known_module._COMBINE_AFTER_TAKES + 1):
+        assert generation.table.column(0).num_chunks == 3
+        rows = decode(scattered, V1, known).result.table
+        _same(rows, decode(scattered, V1, None).result.table)
+        assert generation.takes_since_add == taken
     assert generation.table.column(0).num_chunks == 1
     in_order = _body([(s, [3], 0) for s in range(9)], False)
     _same(decode(in_order, V1, known).result.table, decode(in_order, V1, None).result.table)
