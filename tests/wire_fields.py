@@ -3,13 +3,24 @@ rarely send: unknown fields, fields repeated or out of order, wrong wire types."
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 from hypothesis import strategies as st
 
 from loadtest.remote_write import field, varint
 
-__all__ = ["double", "field", "fixed32", "fixed64", "unknown_fields", "varint", "varint_field"]
+__all__ = [
+    "Damage",
+    "damages",
+    "double",
+    "field",
+    "fixed32",
+    "fixed64",
+    "unknown_fields",
+    "varint",
+    "varint_field",
+]
 
 
 def double(number: int, value: float) -> bytes:
@@ -43,3 +54,25 @@ def unknown_fields(first: int = 5, last: int = 40) -> st.SearchStrategy[list[byt
         ),
         max_size=2,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Damage:
+    """A body cut short and a few of its bytes changed."""
+
+    cut: int
+    flips: tuple[tuple[int, int], ...]
+
+    def to(self, body: bytes) -> bytes:
+        damaged = bytearray(body[: self.cut % (len(body) + 1)])
+        for at, byte in self.flips:
+            if damaged:
+                damaged[at % len(damaged)] = byte
+        return bytes(damaged)
+
+
+damages = st.builds(
+    Damage,
+    st.integers(0, 2**16),
+    st.lists(st.tuples(st.integers(0, 2**16), st.integers(0, 255)), max_size=3).map(tuple),
+)

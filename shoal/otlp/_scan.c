@@ -262,33 +262,21 @@ static int read_metric(const uint8_t *p, const uint8_t *end, const Part *r, cons
     return 0;
 }
 
-/* One `ScopeMetrics` (resource: R). */
-static int read_scope(const uint8_t *p, const uint8_t *end, const Part *r, Scan *scan) {
-    Part s = {0};
-    int status = context(p, end, BIT(2), BIT(1) | BIT(3), BIT(1) | BIT(3), &s);
+/* A `ResourceMetrics` (`resource` NULL) or a `ScopeMetrics` of the resource part
+ * `resource`: both hold their resource or scope in field 1, their list (of scopes, of
+ * metrics) in field 2 and a schema URL in field 3. */
+static int read_level(const uint8_t *p, const uint8_t *end, const Part *resource,
+                      Scan *scan) {
+    Part own = {0};
+    int status = context(p, end, BIT(2), BIT(1) | BIT(3), BIT(1) | BIT(3), &own);
     if (status) return status;
     while (p < end) {
         Field f;
         if (next_field(&p, end, &f) < 0) return -1;
         if (f.number == 2) {
-            if ((status = read_metric(f.at, f.at + f.len, r, &s, scan)) != 0) return status;
-        } else if (skip(&p, end, f.wire) < 0) {
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* One `ResourceMetrics`. */
-static int read_resource(const uint8_t *p, const uint8_t *end, Scan *scan) {
-    Part r = {0};
-    int status = context(p, end, BIT(2), BIT(1) | BIT(3), BIT(1) | BIT(3), &r);
-    if (status) return status;
-    while (p < end) {
-        Field f;
-        if (next_field(&p, end, &f) < 0) return -1;
-        if (f.number == 2) {
-            if ((status = read_scope(f.at, f.at + f.len, &r, scan)) != 0) return status;
+            status = resource ? read_metric(f.at, f.at + f.len, resource, &own, scan)
+                              : read_level(f.at, f.at + f.len, &own, scan);
+            if (status) return status;
         } else if (skip(&p, end, f.wire) < 0) {
             return -1;
         }
@@ -303,7 +291,7 @@ static int read_request(const uint8_t *p, const uint8_t *end, Scan *scan) {
         if (next_field(&p, end, &f) < 0) return -1;
         if (f.number == 1) {
             if (f.wire != WIRE_LEN) return -1;
-            int status = read_resource(f.at, f.at + f.len, scan);
+            int status = read_level(f.at, f.at + f.len, NULL, scan);
             if (status) return status;
         } else if (skip(&p, end, f.wire) < 0) {
             return -1;

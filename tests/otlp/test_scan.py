@@ -22,7 +22,16 @@ from shoal.errors import DecodeError
 from shoal.otlp import metrics, scanned, wire
 from shoal.otlp.common import DecodeResult
 from shoal.otlp.known import KnownSeries
-from tests.wire_fields import double, field, fixed64, unknown_fields, varint, varint_field
+from tests.wire_fields import (
+    Damage,
+    damages,
+    double,
+    field,
+    fixed64,
+    unknown_fields,
+    varint,
+    varint_field,
+)
 
 SCAN = scanned.SCAN_METRICS
 
@@ -230,23 +239,15 @@ def test_plain_requests_are_scanned(body: bytes) -> None:
 
 @needs_scanner
 @settings(max_examples=100, deadline=None)
-@given(
-    body=requests(),
-    cut=st.integers(0, 2**16),
-    flips=st.lists(st.tuples(st.integers(0, 2**16), st.integers(0, 255)), max_size=3),
-)
+@given(body=requests(), damage=damages)
 def test_damaged_bodies_are_left_to_the_decoder_or_read_as_it_reads_them(
-    body: bytes, cut: int, flips: list[tuple[int, int]]
+    body: bytes, damage: Damage
 ) -> None:
     """Cut short or with bytes changed, after the intact body filled the cache: a body is
     never read otherwise than the full decoder reads it, and never crashes the scanner."""
     known = KnownSeries(max_series=1000, max_bytes=1 << 20)
     _agree(body, known)
-    damaged = bytearray(body[: cut % (len(body) + 1)])
-    for at, byte in flips:
-        if damaged:
-            damaged[at % len(damaged)] = byte
-    _agree(bytes(damaged), known)
+    _agree(damage.to(body), known)
 
 
 @needs_scanner
