@@ -16,6 +16,11 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
 
 from loadtest import payloads
 from shoal.errors import DecodeError
@@ -394,3 +399,43 @@ def test_an_exporters_requests_are_decoded_through_the_cache() -> None:
         built.append(len(known) - before)
     assert built[0] > 0  # the first export's series were new
     assert built[1] == 0  # the second's were all known
+
+
+@needs_scanner
+def test_the_sdks_counters_and_gauges_are_scanned_and_known_at_the_next_export() -> None:
+    """The real OpenTelemetry SDK's export of counters, up-down counters and observable
+    gauges (cumulative, with start times, int and double values, typed attributes): the
+    scanner takes it, the rows are the full decoder's, and at the next export every
+    series is known."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(
+        resource=Resource.create({"service.name": "checkout", "deployment.replicas": 3}),
+        metric_readers=[reader],
+    )
+    meter = provider.get_meter("shop.meter", "2.1.0")
+    counter = meter.create_counter("orders.placed", unit="{order}", description="Orders")
+    updown = meter.create_up_down_counter("queue.items", unit="{item}")
+    level = [0.75]
+
+    def observe(_options: CallbackOptions) -> list[Observation]:
+        return [Observation(level[0], {"cpu": 0}), Observation(2.5, {"cpu": 1})]
+
+    meter.create_observable_gauge("cpu.utilization", callbacks=[observe], unit="1")
+    known = KnownSeries(max_series=1000, max_bytes=1 << 20)
+    added = []
+    try:
+        for export in range(2):
+            counter.add(3 + export, {"region": "eu", "vip": True})
+            counter.add(2, {"region": "us", "vip": False})
+            updown.add(-4 if export else 10, {"queue": "a"})
+            level[0] += 0.5
+            data = reader.get_metrics_data()
+            assert data is not None
+            body = encode_metrics(data).SerializeToString()
+            assert SCAN is not None and SCAN(body) is not None
+            before = len(known)
+            assert _agree(body, known)
+            added.append(len(known) - before)
+    finally:
+        provider.shutdown()
+    assert added == [5, 0]
