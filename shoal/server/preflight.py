@@ -43,10 +43,10 @@ SNAPSHOT_LIMIT_FLUSHES = 3
 """Ingest is refused (retryably) while the snapshot holds more than this many
 ``flush_max_bytes``: the flusher has fallen behind, and memory must stay bounded."""
 
-DECODE_PROCESS_BYTES = 160 * MiB
+DECODE_PROCESS_BYTES = 224 * MiB
 """One decoding process: 77 MiB idle (with multiprocessing's resource tracker beside
-the first, 13 MiB), the remote-write series cache (at most 64 MiB), and the arrays of
-the request it decodes."""
+the first, 13 MiB), the series caches of remote write and of OTLP metrics (at most
+64 MiB each), and the arrays of the request it decodes."""
 
 INGEST_THREADS = 1
 """Threads that decode requests. Decoding holds the GIL for most of its time, so a
