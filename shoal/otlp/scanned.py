@@ -15,7 +15,6 @@ every request when the scanner was not built.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from shoal.otlp import metrics, wire
-from shoal.otlp.columns import timestamps
+from shoal.otlp.columns import empty_lists, nulls, timestamps
 from shoal.otlp.common import DecodeResult
 from shoal.otlp.known import KnownSeries, gather
 from shoal.schema import METRICS_SCHEMA
@@ -105,7 +104,11 @@ def decode(body: bytes, known: KnownSeries | None = None) -> DecodeResult | None
         table, rows, _ = known.rows(key_array, build)
     except _Refused as refused:
         return refused.result
-    columns: dict[str, pa.Array | pa.ChunkedArray] = dict(_constants(n))
+    # histograms' and summaries' columns null, the exemplars empty (cached arrays)
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+        name: nulls(n, METRICS_SCHEMA.field(name).type) for name in _NUMBER_NULLS
+    }
+    columns["exemplars"] = empty_lists(n, METRICS_SCHEMA.field("exemplars").type)
     gathered = gather(table, rows)
     columns.update(zip(gathered.column_names, gathered.columns, strict=True))
     time = np.frombuffer(times, np.int64)
@@ -126,16 +129,3 @@ def decode(body: bytes, known: KnownSeries | None = None) -> DecodeResult | None
         [columns[f.name] for f in METRICS_SCHEMA], schema=METRICS_SCHEMA
     )
     return DecodeResult(rows_table, n, 0, [])
-
-
-@functools.lru_cache(maxsize=8)
-def _constants(n: int) -> dict[str, pa.Array]:
-    """The columns equal in every row of a scanned request of ``n`` points: those of
-    histograms and summaries null, the exemplars empty (arrays are immutable, so one set
-    serves every request of that size)."""
-    exemplars = METRICS_SCHEMA.field("exemplars").type
-    return {f.name: pa.nulls(n, f.type) for f in METRICS_SCHEMA if f.name in _NUMBER_NULLS} | {
-        "exemplars": pa.ListArray.from_arrays(
-            pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], exemplars.value_type)
-        )
-    }

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.errors import DecodeError, UnsupportedMediaTypeError
-from shoal.otlp.columns import empty_maps, hash_text, nulls
+from shoal.otlp.columns import empty_lists, empty_maps, hash_text, nulls
 from shoal.otlp.common import DecodeResult
 from shoal.otlp.known import KnownSeries, gather
 from shoal.otlp.metrics import series_ids
@@ -577,9 +577,7 @@ def _constants(n: int) -> dict[str, pa.Array]:
         "start_time_unix_nano": zeros,
         "start_timestamp": nulls(n, UTC_US),
         "flags": zeros,
-        "exemplars": pa.ListArray.from_arrays(
-            pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], _EXEMPLARS.value_type)
-        ),
+        "exemplars": empty_lists(n, _EXEMPLARS),
     }
 
 

@@ -13,8 +13,9 @@ flushed batches from the snapshot, and once every table succeeded truncates the
 WAL below ``L + 1``. A table whose flush fails keeps its rows in the snapshot
 and the WAL and is retried next round: nothing is dropped.
 
-When a whole flush's worth of rows (``flush_max_bytes``) arrived while a round
-was writing, the flusher has fallen behind ingest, and the next round shares its
+When a whole flush's worth of rows (``flush_max_bytes``) waits at the end of a
+round (it arrived while the round was writing, or the round left it), the flusher
+has fallen behind ingest, and the next round shares its
 writing with ``helpers`` (two threads: the column takes side by side, the Parquet
 encoding beside the summaries). A flusher that keeps up writes alone: the threads
 would take CPU from the decoding thread, which then is the stage that limits
@@ -99,7 +100,7 @@ class Flusher:
         self._clock = clock
         self._helpers = helpers
         self._behind = False
-        """A flush's worth of rows arrived while the last round was writing."""
+        """A flush's worth of rows waited at the end of the last round."""
         self.shared_rounds = 0
         """Rounds that shared their writing with the helpers."""
         self._trimmed_at = clock()
