@@ -112,10 +112,27 @@ pick_jre() {  # the first of OpenJDK 21 and 17 the distribution offers
     [[ $DRY_RUN -eq 1 ]] && echo "openjdk-21-jre-headless|openjdk-17-jre-headless"
 }
 
-# 1. System packages (a real host only).
+headers_package() {  # the distribution's package with the headers of $PYTHON, if any
+    local pkg candidate
+    pkg="$(basename "$PYTHON")-dev"
+    [[ "$pkg" =~ ^python3(\.[0-9]+)?-dev$ ]] || pkg=python3-dev
+    candidate="$(apt-cache policy "$pkg" 2>/dev/null | sed -n 's/^ *Candidate: *//p')"
+    if [[ -n "$candidate" && "$candidate" != "(none)" ]] || [[ $DRY_RUN -eq 1 ]]; then
+        echo "$pkg"
+    fi
+}
+
+# 1. System packages (a real host only). A C compiler and the interpreter's headers
+# build the scanners in C of remote-write and OTLP metrics requests with shoal itself.
 if [[ -z "$ROOT" ]]; then
     run apt-get update -q
-    PACKAGES=(python3 python3-venv python3-pip)
+    PACKAGES=(python3 python3-venv python3-pip gcc libc6-dev)
+    HEADERS="$(headers_package)"
+    if [[ -n "$HEADERS" ]]; then
+        PACKAGES+=("$HEADERS")
+    else
+        echo "= no headers package for $PYTHON here: shoal decodes requests in Python" >&2
+    fi
     if [[ $NO_SPARK -eq 0 ]]; then
         case "$(java_major)" in
             17|21) echo "= java $(java_major) is installed" ;;
@@ -168,6 +185,14 @@ fi
 # shoal itself, rebuilt from this tree even when its version number did not change
 run "$VENV/bin/python" -m pip install --quiet --no-deps --force-reinstall "$SOURCE"
 AFTER="$(installed_version)"
+if [[ $DRY_RUN -eq 0 ]]; then
+    if "$VENV/bin/python" -c 'import shoal.otlp._scan, shoal.promwrite._scan' 2>/dev/null; then
+        echo "= the scanners in C are built"
+    else
+        echo "install.sh: warning: the scanners in C were not built (no C compiler or no" \
+            "Python headers): requests are decoded in Python, correct but slower" >&2
+    fi
+fi
 run install -d -m 0755 "$PREFIX/src/docs"
 run cp -r "$SOURCE/docs/." "$PREFIX/src/docs/"
 

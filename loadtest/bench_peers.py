@@ -424,7 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--servers", default=",".join(SERVERS))
+    parser.add_argument(
+        "--servers", default=",".join(SERVERS), help="comma-separated, of " + ", ".join(SERVERS)
+    )
     parser.add_argument(
         "--shuffled",
         action="store_true",
@@ -438,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
         decode_only()
         return 0
     chosen = [s.strip() for s in args.servers.split(",")]
+    unknown = [s for s in chosen if s not in SERVERS]
+    if unknown:
+        parser.error(f"unknown server(s) {', '.join(map(repr, unknown))}; choose from {SERVERS}")
     results: dict[str, list[dict[str, float]]] = {s: [] for s in chosen}
     for repetition in range(args.repeat):
         for name in chosen:

@@ -94,7 +94,7 @@ def series_path(data_path: str) -> str:
 
 
 @functools.lru_cache(maxsize=32)
-def _string_leaf_paths(schema: pa.Schema) -> tuple[str, ...]:
+def string_leaf_paths(schema: pa.Schema) -> tuple[str, ...]:
     """Parquet leaf column paths of string type (including inside maps, lists, structs)."""
     buf = io.BytesIO()
     pq.write_table(schema.empty_table(), buf)
@@ -113,7 +113,7 @@ def writer_options(schema: pa.Schema, sort_columns: Sequence[str] = ()) -> dict[
     options: dict[str, Any] = {
         "compression": COMPRESSION,
         "compression_level": COMPRESSION_LEVEL,
-        "use_dictionary": list(_string_leaf_paths(schema)),
+        "use_dictionary": list(string_leaf_paths(schema)),
         # nested columns (maps, lists) get none: nothing prunes by them, and their
         # statistics cost 7% of a metrics flush's Parquet encoding (docs/benchmarks.md)
         "write_statistics": [f.name for f in schema if not pa.types.is_nested(f.type)],

@@ -137,12 +137,22 @@ def overlay(base: pa.Table, extra: pa.Table, key: str) -> pa.Table:
 
 
 def _save(path: Path, table: pa.Table, metadata: dict[bytes, bytes] | None = None) -> None:
-    """Write a Parquet file whole or not at all (derived data: no fsync)."""
+    """Write a Parquet file whole or not at all (derived data: no fsync).
+
+    Summaries and checkpoints are always read whole, so they carry no statistics, and
+    only their strings are dictionary-encoded: a flush's summary of 16,000 series is
+    written in 12 ms instead of 15, and 11% smaller (docs/benchmarks.md)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if metadata:
         table = table.replace_schema_metadata(metadata)
     tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd")
+    pq.write_table(
+        table,
+        tmp,
+        compression="zstd",
+        write_statistics=False,
+        use_dictionary=list(layout.string_leaf_paths(table.schema.remove_metadata())),
+    )
     os.replace(tmp, path)
 
 

@@ -53,6 +53,7 @@ def test_install_script_dry_run_lists_every_step() -> None:
     assert "--role ingest,query" in out and "Next steps" in out
     for step in (
         "apt-get install",
+        " gcc libc6-dev python3-dev",  # the scanners in C are built with shoal
         "-m venv /opt/shoal/venv",
         "/etc/shoal/shoal.toml",
         "/etc/systemd/system/shoal.service",

@@ -71,8 +71,11 @@ def debian_root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path
 
 def _copy_source(dest: Path) -> None:
     for name in ("shoal", "systemd", "deploy", "docs"):
-        shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md", "requirements.lock"):
+        # built extensions stay behind: the install builds its own for the chroot's Python
+        shutil.copytree(
+            ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.so")
+        )
+    for name in ("pyproject.toml", "setup.py", "README.md", "requirements.lock"):
         shutil.copy(ROOT / name, dest / name)
 
 
@@ -98,6 +101,16 @@ def test_install_on_a_clean_debian_root(debian_root: Path, children: Track) -> N
     first = _chroot(root, "bash", "/src/shoal/deploy/install.sh")
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     assert "shoal 0.1.0 installed in /opt/shoal/venv" in first.stdout
+    # the installer brought a C compiler and the headers: both scanners are built
+    assert "= the scanners in C are built" in first.stdout, first.stderr[-4000:]
+    scanners = _chroot(
+        root,
+        "/opt/shoal/venv/bin/python",
+        "-c",
+        "from shoal.otlp import scanned; from shoal.promwrite import decode;"
+        " print(scanned.SCAN_METRICS is not None, decode.SCAN_V1 is not None)",
+    )
+    assert scanners.stdout.split() == ["True", "True"], scanners.stdout + scanners.stderr
     assert "--role ingest,query" in first.stdout
     version = _chroot(root, "/opt/shoal/venv/bin/python", "-c", "import sys; print(sys.version)")
     assert version.stdout.startswith(python_version), version.stdout

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -83,6 +84,28 @@ def test_the_index_matches_the_rows_over_flushes_and_batches(store: TableStore) 
     ranged = _actual(table.series(table.snapshot(), batches, lo, hi))
     assert ranged == {s: v for s, v in _actual(index).items() if v[0] <= hi and v[1] >= lo}
     assert 0 < len(ranged) < len(index)  # the early-only series are outside
+
+
+def test_summaries_and_checkpoints_carry_no_statistics_and_dictionaries_only_for_text(
+    tmp_path: Path,
+) -> None:
+    """They are always read whole: statistics would be written for nothing, and
+    dictionaries of numbers cost time without making the file smaller."""
+    rng = random.Random(10)
+    table = TableStore(tmp_path / "data").open("t", "metrics", METRICS)
+    for lsn in range(1, series_mod.CHECKPOINT_EVERY + 1):
+        table.flush(_rows(rng, 100, BASE_US + lsn * HOUR_US, HOUR_US, 30), lsn)
+    table.series(table.snapshot())
+    written = [*(table.path / layout.SERIES_DIR).glob("hour=*.parquet")]
+    written.append(table.path / series_mod.CHECKPOINT)
+    for path in written:
+        meta = pq.ParquetFile(path).metadata
+        assert meta.num_rows > 0
+        for i in range(meta.num_columns):
+            column = meta.row_group(0).column(i)
+            assert not column.is_stats_set, (path.name, column.path_in_schema)
+            text = column.physical_type == "BYTE_ARRAY"
+            assert column.has_dictionary_page == text, (path.name, column.path_in_schema)
 
 
 def test_lost_or_damaged_summaries_are_rebuilt_from_the_data(tmp_path: Path) -> None:
