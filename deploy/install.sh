@@ -100,11 +100,16 @@ java_major() {  # the major version of the java on PATH, or nothing
     java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1
 }
 
+offered() {  # whether the distribution has a candidate version of package $1
+    local candidate
+    candidate="$(apt-cache policy "$1" 2>/dev/null | sed -n 's/^ *Candidate: *//p')"
+    [[ -n "$candidate" && "$candidate" != "(none)" ]]
+}
+
 pick_jre() {  # the first of OpenJDK 21 and 17 the distribution offers
-    local pkg candidate
+    local pkg
     for pkg in openjdk-21-jre-headless openjdk-17-jre-headless; do
-        candidate="$(apt-cache policy "$pkg" 2>/dev/null | sed -n 's/^ *Candidate: *//p')"
-        if [[ -n "$candidate" && "$candidate" != "(none)" ]]; then
+        if offered "$pkg"; then
             echo "$pkg"
             return
         fi
@@ -113,11 +118,10 @@ pick_jre() {  # the first of OpenJDK 21 and 17 the distribution offers
 }
 
 headers_package() {  # the distribution's package with the headers of $PYTHON, if any
-    local pkg candidate
+    local pkg
     pkg="$(basename "$PYTHON")-dev"
     [[ "$pkg" =~ ^python3(\.[0-9]+)?-dev$ ]] || pkg=python3-dev
-    candidate="$(apt-cache policy "$pkg" 2>/dev/null | sed -n 's/^ *Candidate: *//p')"
-    if [[ -n "$candidate" && "$candidate" != "(none)" ]] || [[ $DRY_RUN -eq 1 ]]; then
+    if offered "$pkg" || [[ $DRY_RUN -eq 1 ]]; then
         echo "$pkg"
     fi
 }
