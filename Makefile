@@ -15,7 +15,7 @@ PIP    := $(BIN)/python -m pip install --quiet --constraint $(LOCK)
 
 .PHONY: serve test test-fast test-slow test-spark test-all lint typecheck check lock \
         bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-storm bench-pipeline \
-        bench-pg bench-promql bench-browser bench-peers clean
+        bench-freshness bench-pg bench-promql bench-browser bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,7 +68,8 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-bench: bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-storm bench-pipeline
+bench: bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-freshness bench-storm \
+       bench-pipeline
 
 bench-wal: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_wal
@@ -87,6 +88,10 @@ bench-replay: $(BENCH_STAMP)
 
 bench-query: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_query
+
+## From an acknowledged OTLP export to the SQL answer that counts it (target: median under 10 ms).
+bench-freshness: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_freshness
 
 ## One tenant's storm of heavy queries against another tenant's queries and ingest.
 bench-storm: $(BENCH_STAMP)

@@ -108,6 +108,32 @@ def test_summaries_and_checkpoints_carry_no_statistics_and_dictionaries_only_for
             assert column.has_dictionary_page == text, (path.name, column.path_in_schema)
 
 
+def test_summaries_and_a_checkpoint_written_with_statistics_are_read_as_they_are(
+    tmp_path: Path,
+) -> None:
+    """Files written before statistics were left out (pyarrow's defaults) still serve."""
+    rng = random.Random(11)
+    table = TableStore(tmp_path / "data").open("t", "metrics", METRICS)
+    n = series_mod.CHECKPOINT_EVERY
+    parts = [_rows(rng, 100, BASE_US + i * HOUR_US, HOUR_US, 30) for i in range(n + 2)]
+    for lsn, part in enumerate(parts[:n], start=1):
+        table.flush(part, lsn)
+    table.series(table.snapshot())
+    for lsn, part in enumerate(parts[n:], start=n + 1):  # beyond the checkpoint
+        table.flush(part, lsn)
+    table.series(table.snapshot())
+    old_style = [*(table.path / layout.SERIES_DIR).glob("hour=*.parquet")]
+    old_style.append(table.path / series_mod.CHECKPOINT)
+    for path in old_style:
+        pq.write_table(pq.read_table(path), path, compression="zstd")
+        assert pq.ParquetFile(path).metadata.row_group(0).column(0).is_stats_set
+    written = {path: path.stat().st_mtime_ns for path in old_style}
+
+    fresh = TableStore(tmp_path / "data").open("t", "metrics", create=False)
+    assert _actual(fresh.series(fresh.snapshot())) == _expected(pa.concat_tables(parts))
+    assert {path: path.stat().st_mtime_ns for path in old_style} == written  # none rebuilt
+
+
 def test_lost_or_damaged_summaries_are_rebuilt_from_the_data(tmp_path: Path) -> None:
     rng = random.Random(8)
     store = TableStore(tmp_path / "data")
