@@ -18,7 +18,10 @@ p50/p99, the server's CPU per million samples and its peak RSS; then the median 
 server, with the retries and the bytes on disk per sample: after a flush (Prometheus: a
 TSDB snapshot of its head; VictoriaMetrics: ``/internal/force_flush``; shoal: the final
 flush of a SIGTERM, the Parquet files its Delta logs hold) and, for shoal, after
-``shoal compact``. Last, shoal's CPU per sample by thread (psutil's thread times, the
+``shoal compact``. Then the targets, met or not: shoal by remote write at least 1.0x
+Prometheus' samples/s and by OTLP 0.8x (the median of the ratios to Prometheus' run of
+the same repetition), remote write's ack p99 at most Prometheus', and a peak RSS under
+600 MB in every run. Last, shoal's CPU per sample by thread (psutil's thread times, the
 names from ``py-spy dump``).
 """
 
@@ -419,6 +422,53 @@ def _otlp_decode_only(rounds: int) -> None:
         )
 
 
+RATE_TARGETS = {"shoal (remote write)": 1.0, "shoal (OTLP)": 0.8}
+"""shoal's samples/s over Prometheus' in the same repetition, at least (the issue's targets)."""
+RSS_TARGET_MB = 600.0
+
+
+def targets(results: dict[str, list[dict[str, float]]]) -> list[tuple[str, str, bool]]:
+    """The targets as (what, measured, met), for the shoal rows run beside Prometheus.
+
+    A rate is compared with Prometheus' in the same repetition (the servers of one
+    repetition run one after another, so they share the machine's state), and the
+    median of those ratios is what must reach the target. Ack p99 is compared as the
+    table's medians (the target is remote write's); peak RSS is the largest of any run."""
+    peer = results.get("prometheus")
+    out: list[tuple[str, str, bool]] = []
+    if not peer:
+        return out
+    for name, rows in results.items():
+        target = RATE_TARGETS.get(name)
+        if target is None or not rows:
+            continue
+        ratios = [r["samples/s"] / p["samples/s"] for r, p in zip(rows, peer, strict=True)]
+        ratio = statistics.median(ratios)
+        runs = ", ".join(f"{x:.2f}x" for x in ratios)
+        out.append(
+            (
+                f"{name}: at least {target:.1f}x Prometheus' samples/s",
+                f"{ratio:.2f}x (runs {runs})",
+                ratio >= target,
+            )
+        )
+        rss = max(r["peak RSS MB"] for r in rows)
+        out.append(
+            (f"{name}: peak RSS under {RSS_TARGET_MB:.0f} MB", f"{rss:.0f} MB", rss < RSS_TARGET_MB)
+        )
+        if name == "shoal (remote write)":
+            mine = statistics.median(r["ack p99 ms"] for r in rows)
+            theirs = statistics.median(p["ack p99 ms"] for p in peer)
+            out.append(
+                (
+                    f"{name}: ack p99 at most Prometheus'",
+                    f"{mine:.1f} against {theirs:.1f} ms",
+                    mine <= theirs,
+                )
+            )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench_peers")
     parser.add_argument("--duration", type=float, default=20.0)
@@ -466,6 +516,11 @@ def main(argv: list[str] | None = None) -> int:
             med = statistics.median(values)
             cells.append(f"{med:,.0f}" if med >= 100 else f"{med:.2f}")
         print(f"| {name} | " + " | ".join(cells) + " |")
+    met = targets(results)
+    if met:
+        print("\n| target | measured | met |\n|---|---|---|")
+        for what, measured, ok in met:
+            print(f"| {what} | {measured} | {'yes' if ok else 'NO'} |")
     for name, runs in THREADS.items():
         if not name.startswith("shoal"):
             continue
