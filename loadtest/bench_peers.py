@@ -423,7 +423,7 @@ def _otlp_decode_only(rounds: int) -> None:
 
 
 RATE_TARGETS = {"shoal (remote write)": 1.0, "shoal (OTLP)": 0.8}
-"""shoal's samples/s over Prometheus' in the same repetition, at least (the issue's targets)."""
+"""shoal's samples/s over Prometheus' in the same repetition, at least: the ingest targets."""
 RSS_TARGET_MB = 600.0
 
 

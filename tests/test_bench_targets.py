@@ -1,4 +1,4 @@
-"""The peers benchmark judges shoal by the issue's targets, repetition by repetition."""
+"""The peers benchmark judges shoal by its ingest targets, repetition by repetition."""
 
 from __future__ import annotations
 
