@@ -77,44 +77,6 @@ def test_install_script_dry_run_lists_every_step() -> None:
     assert not Path("/opt/shoal/venv").exists() or "keeping" in out
 
 
-def test_install_script_into_a_throwaway_root(tmp_path: Path) -> None:
-    root = tmp_path / "root"
-    python = shutil.which("python3") or sys.executable
-    done = subprocess.run(
-        ["bash", str(INSTALL), "--root", str(root), "--no-deps", "--python", python],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert (root / "etc/systemd/system/shoal.service").read_text() == UNIT.read_text()
-    for job in ("compact", "retention", "rollup"):
-        for kind in ("service", "timer"):
-            name = f"shoal-{job}.{kind}"
-            installed = root / "etc/systemd/system" / name
-            assert installed.read_text() == (ROOT / "systemd" / name).read_text()
-    config = (root / "etc/shoal/shoal.toml").read_text()
-    assert 'data_dir = "/var/lib/shoal"' in config
-    assert (root / "var/lib/shoal").is_dir()
-    shoal = root / "opt/shoal/venv/bin/shoal"
-    assert shoal.is_file()
-    # the installed config loads and is valid
-    from shoal import config as config_mod
-
-    assert config_mod.load(root / "etc/shoal/shoal.toml", env={}).data_dir == "/var/lib/shoal"
-    # a second run keeps the operator's config
-    (root / "etc/shoal/shoal.toml").write_text(config + 'log_level = "debug"\n')
-    again = subprocess.run(
-        ["bash", str(INSTALL), "--root", str(root), "--no-deps", "--python", python],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert again.returncode == 0, again.stderr
-    assert "keeping existing" in again.stdout
-    assert 'log_level = "debug"' in (root / "etc/shoal/shoal.toml").read_text()
-
-
 def _copy_source(dest: Path) -> Path:
     for name in ("shoal", "systemd", "deploy", "docs"):
         shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -123,7 +85,9 @@ def _copy_source(dest: Path) -> Path:
     return dest
 
 
-def test_install_script_rerun_upgrades_in_place(tmp_path: Path) -> None:
+def test_install_script_into_a_throwaway_root_then_a_rerun_upgrades_in_place(
+    tmp_path: Path,
+) -> None:
     source = _copy_source(tmp_path / "src")
     root = tmp_path / "root"
     python = shutil.which("python3") or sys.executable
@@ -135,7 +99,24 @@ def test_install_script_rerun_upgrades_in_place(tmp_path: Path) -> None:
     assert "shoal 0.1.0 installed" in first.stdout
     assert "not run: systemctl enable --now shoal.service" in first.stdout
     assert "try-restart" not in first.stdout
-    # a newer tree: changed code and a changed unit, same version number
+    assert (root / "etc/systemd/system/shoal.service").read_text() == UNIT.read_text()
+    for job in ("compact", "retention", "rollup"):
+        for kind in ("service", "timer"):
+            name = f"shoal-{job}.{kind}"
+            installed = root / "etc/systemd/system" / name
+            assert installed.read_text() == (ROOT / "systemd" / name).read_text()
+    config = (root / "etc/shoal/shoal.toml").read_text()
+    assert 'data_dir = "/var/lib/shoal"' in config
+    assert (root / "var/lib/shoal").is_dir()
+    assert (root / "opt/shoal/venv/bin/shoal").is_file()
+    # the installed config loads and is valid
+    from shoal import config as config_mod
+
+    assert config_mod.load(root / "etc/shoal/shoal.toml", env={}).data_dir == "/var/lib/shoal"
+
+    # the operator edits the config; a newer tree has changed code and a changed unit,
+    # same version number
+    (root / "etc/shoal/shoal.toml").write_text(config + 'log_level = "debug"\n')
     (source / "shoal" / "__init__.py").write_text(
         (source / "shoal" / "__init__.py").read_text() + "UPGRADE_MARKER = 1\n"
     )
@@ -145,6 +126,8 @@ def test_install_script_rerun_upgrades_in_place(tmp_path: Path) -> None:
         [*command, "--python", python], capture_output=True, text=True, timeout=300
     )
     assert second.returncode == 0, second.stdout + second.stderr
+    assert "keeping existing" in second.stdout
+    assert 'log_level = "debug"' in (root / "etc/shoal/shoal.toml").read_text()
     assert "upgraded in place: 0.1.0 -> 0.1.0" in second.stdout
     assert "not run: systemctl try-restart shoal.service" in second.stdout
     venv_python = root / "opt/shoal/venv/bin/python"
