@@ -40,6 +40,8 @@ _NUMBER_NULLS = frozenset(
     {"count", "sum", "min", "max", "bucket_counts", "explicit_bounds", "quantile_values"}
 ) | {f.name for f in METRICS_SCHEMA if f.name.startswith("exp_")}
 """Columns of histograms and summaries: null in every row of a gauge or a sum."""
+_NULL_TYPES = tuple((f.name, f.type) for f in METRICS_SCHEMA if f.name in _NUMBER_NULLS)
+_EXEMPLARS = METRICS_SCHEMA.field("exemplars").type
 PER_SERIES = tuple(
     f.name
     for f in METRICS_SCHEMA
@@ -106,9 +108,9 @@ def decode(body: bytes, known: KnownSeries | None = None) -> DecodeResult | None
         return refused.result
     # histograms' and summaries' columns null, the exemplars empty (cached arrays)
     columns: dict[str, pa.Array | pa.ChunkedArray] = {
-        name: nulls(n, METRICS_SCHEMA.field(name).type) for name in _NUMBER_NULLS
+        name: nulls(n, type_) for name, type_ in _NULL_TYPES
     }
-    columns["exemplars"] = empty_lists(n, METRICS_SCHEMA.field("exemplars").type)
+    columns["exemplars"] = empty_lists(n, _EXEMPLARS)
     gathered = gather(table, rows)
     columns.update(zip(gathered.column_names, gathered.columns, strict=True))
     time = np.frombuffer(times, np.int64)
