@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shoal.schema import TableSpec
+from shoal.storage import blank
 from shoal.storage.durable import fsync_file
 from shoal.text import parse_utc, utc_micros
 
@@ -347,11 +348,13 @@ def reorder(
     order: np.ndarray[Any, np.dtype[np.intp]],
     helpers: concurrent.futures.Executor | None = None,
 ) -> pa.Table:
-    """``table.take(order)``, column by column, leaving columns equal in every row as they are.
+    """``table.take(order)``, column by column; a column equal in every row is not taken.
 
     Any order of an all-null (or all-empty) column is the column itself, and the
     decoders leave many of them (histogram fields in gauge rows, exemplars and
     the like): taking them would allocate and fill their buffers for nothing.
+    They come back as one chunk each (:mod:`shoal.storage.blank`), which the
+    Parquet writer encodes faster than the decoders' chunk per request.
     Chunked columns are taken as they are; copying them into one chunk first
     costs more and doubles the peak memory of a flush. With ``helpers`` (such as
     :data:`HELPERS`) the columns are taken on their threads, side by side (a take runs
@@ -360,7 +363,10 @@ def reorder(
     indices = pa.array(order)
 
     def take(column: pa.ChunkedArray) -> pa.ChunkedArray:
-        return column if _same_in_every_row(column) else column.take(indices)
+        if not _same_in_every_row(column):
+            return column.take(indices)
+        whole = blank.column(column.type, len(column), column.null_count == len(column))
+        return column if whole is None else whole
 
     columns = helpers.map(take, table.columns) if helpers else map(take, table.columns)
     return pa.Table.from_arrays(list(columns), schema=table.schema)

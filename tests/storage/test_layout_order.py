@@ -64,6 +64,9 @@ def test_sort_order_matches_arrow(table: pa.Table, keys: list[str]) -> None:
 def test_split_by_hour_equals_a_full_take(table: pa.Table) -> None:
     table = table.drop_columns(["x"])  # NaN != NaN would fail the comparison, not the split
     table = table.append_column("empty", pa.nulls(table.num_rows, pa.list_(pa.int64())))
+    no_tags = pa.array([[]] * table.num_rows, pa.map_(pa.string(), pa.string()))
+    table = table.append_column("no_tags", no_tags)
+    table = table.append_column("no_text", pa.nulls(table.num_rows, pa.string()))
     spec = TableSpec("t", table.schema, sort_columns=("name", "id", "timestamp"))
     hours = layout.time_as_us(table.column("timestamp")) // _HOUR
     order = _arrow_order(table, list(spec.sort_columns), hours)
