@@ -6,7 +6,8 @@ and its OTLP metrics decoder on the benchmark's OTLP bodies;
 ``--shuffled``: each remote-write request sends its series in another order)
 
 16,000 series, 1,000 samples per request (a thousand series, one sample each, the
-sixteen groups in turn, timestamps advancing each round). The bodies are encoded before
+sixteen groups in turn, timestamps advancing each round); shoal by OTLP gets the same
+samples as OTLP/HTTP protobuf gauges, ``job`` and ``instance`` as resource attributes. The bodies are encoded before
 each run by the sender processes; then the senders post them as fast as they are
 acknowledged, over keep-alive connections, for ``--duration`` seconds. Each server
 (Debian's ``prometheus`` with its remote-write receiver, ``victoria-metrics``, and
@@ -35,6 +36,7 @@ import random
 import re
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -60,6 +62,22 @@ MIN_BACKOFF_S = 0.03
 MAX_BACKOFF_S = 1.0
 
 
+def _series_labels(g: int, i: int) -> dict[str, str]:
+    """The labels of series ``i`` of group ``g``: 50 metric names on each of 320 hosts."""
+    k = g * PER_REQUEST + i
+    return {
+        "__name__": f"bench_metric_{k % 50}",
+        "job": "bench",
+        "instance": f"host-{k // 50}",
+        "shard": str(i % 8),
+    }
+
+
+def _sample_value(r: int, i: int) -> float:
+    """The value of series ``i`` of a group in round ``r``."""
+    return float((r + i) % 997)
+
+
 def rw_bodies(groups: list[int], rounds: range, t0_ms: int, shuffled: bool = False) -> list[bytes]:
     """Remote-write bodies; each series' labels are encoded once, its samples per round
     (``shuffled``: each round in another order of the group's series)."""
@@ -68,14 +86,7 @@ def rw_bodies(groups: list[int], rounds: range, t0_ms: int, shuffled: bool = Fal
         labels = [
             b"".join(
                 remote_write.field(1, remote_write.label(k, v))
-                for k, v in sorted(
-                    {
-                        "__name__": f"bench_metric_{(g * PER_REQUEST + i) % 50}",
-                        "job": "bench",
-                        "instance": f"host-{(g * PER_REQUEST + i) // 50}",
-                        "shard": str(i % 8),
-                    }.items()
-                )
+                for k, v in sorted(_series_labels(g, i).items())
             )
             for i in range(PER_REQUEST)
         ]
@@ -87,7 +98,7 @@ def rw_bodies(groups: list[int], rounds: range, t0_ms: int, shuffled: bool = Fal
             body = b"".join(
                 remote_write.field(
                     1,
-                    labels[i] + remote_write.field(2, remote_write.sample(t, float((r + i) % 997))),
+                    labels[i] + remote_write.field(2, remote_write.sample(t, _sample_value(r, i))),
                 )
                 for i in order
             )
@@ -95,24 +106,64 @@ def rw_bodies(groups: list[int], rounds: range, t0_ms: int, shuffled: bool = Fal
     return out
 
 
+Marked = tuple[bytes, list[int]]
+"""Encoded bytes and the offsets in them of each point's time."""
+
+
+def _join(parts: list[Marked]) -> Marked:
+    out, marks = b"", []
+    for data, own in parts:
+        marks += [len(out) + m for m in own]
+        out += data
+    return out, marks
+
+
+def _wrap(number: int, part: Marked) -> Marked:
+    """``part`` as the length-delimited field ``number``, its marks moved along."""
+    data = remote_write.field(number, part[0])
+    return data, [m + len(data) - len(part[0]) for m in part[1]]
+
+
+def _attribute(key: str, value: str) -> bytes:
+    f = remote_write.field
+    return f(1, key.encode()) + f(2, f(1, value.encode()))  # KeyValue{key, string_value}
+
+
 def _otlp_bodies(groups: list[int], rounds: range, t0_ms: int) -> list[bytes]:
-    """OTLP bodies: one request per group, its timestamps moved for each round."""
+    """OTLP/HTTP protobuf bodies of the very samples of :func:`rw_bodies`: per request one
+    group's 1,000 series, one gauge point each, in the same order, with the same times
+    and values. ``job`` and ``instance`` are the resource's ``service.name`` and
+    ``service.instance.id`` (as shoal maps remote write, docs/remote-write.md), so a
+    request holds a resource per host, each with its 50 metrics; ``shard`` is the
+    point's attribute. A group's body is encoded once; each round writes its time and
+    values into a copy."""
     out = []
     for g in groups:
-        request = payloads.metrics_request(points=PER_REQUEST, series=SERIES, seed=g)
-        points = [
-            p
-            for rm in request.resource_metrics
-            for sm in rm.scope_metrics
-            for m in sm.metrics
-            for p in (m.gauge.data_points if m.HasField("gauge") else m.sum.data_points)
-        ]
-        base = [p.time_unix_nano for p in points]
+        hosts: dict[str, list[Marked]] = {}
+        for i in range(PER_REQUEST):
+            labels = _series_labels(g, i)
+            # NumberDataPoint: attributes (7), time_unix_nano (3, fixed64), as_double (4)
+            attrs = remote_write.field(7, _attribute("shard", labels["shard"]))
+            point: Marked = (attrs + b"\x19" + bytes(8) + b"\x21" + bytes(8), [len(attrs) + 1])
+            gauge = _wrap(1, point)
+            name = remote_write.field(1, labels["__name__"].encode())
+            metric = _join([(name, []), _wrap(5, gauge)])  # Metric: name (1), gauge (5)
+            hosts.setdefault(labels["instance"], []).append(_wrap(2, metric))
+        blocks = []
+        for instance, metrics in hosts.items():
+            # in the order the remote-write decoder gives them (by key)
+            resource = remote_write.field(1, _attribute("service.instance.id", instance))
+            resource += remote_write.field(1, _attribute("service.name", "bench"))
+            scope = _wrap(2, _join(metrics))  # ResourceMetrics: resource (1), scope_metrics (2)
+            blocks.append(_wrap(1, _join([(remote_write.field(1, resource), []), scope])))
+        body, marks = _join(blocks)
         for r in rounds:
-            shift = (t0_ms + r * 1000) * 1_000_000 - min(base)
-            for p, t in zip(points, base, strict=True):
-                p.time_unix_nano = t + shift
-            out.append(bytes(request.SerializeToString()))
+            copy = bytearray(body)
+            t_ns = (t0_ms + r * 1000) * 1_000_000
+            for i, mark in enumerate(marks):
+                struct.pack_into("<Q", copy, mark, t_ns)
+                struct.pack_into("<d", copy, mark + 9, _sample_value(r, i))
+            out.append(bytes(copy))
     return out
 
 
