@@ -7,23 +7,23 @@ and its OTLP metrics decoder on the benchmark's OTLP bodies;
 
 16,000 series, 1,000 samples per request (a thousand series, one sample each, the
 sixteen groups in turn, timestamps advancing each round); shoal by OTLP gets the same
-samples as OTLP/HTTP protobuf gauges, ``job`` and ``instance`` as resource attributes. The bodies are encoded before
-each run by the sender processes; then the senders post them as fast as they are
-acknowledged, over keep-alive connections, for ``--duration`` seconds. Each server
-(Debian's ``prometheus`` with its remote-write receiver, ``victoria-metrics``, and
-``shoal serve`` by remote write and by OTLP/HTTP) starts on a fresh data dir, in turn,
-``--repeat`` times interleaved. A sender answered 429 or 503 retries the request after
-a backoff that doubles from 30 ms, as Prometheus' own sender does; a request's latency
-runs from its first attempt to its acknowledgement. Printed per run: samples/s, ack
-p50/p99, the server's CPU per million samples and its peak RSS; then the median per
-server, with the retries and the bytes on disk per sample: after a flush (Prometheus: a
-TSDB snapshot of its head; VictoriaMetrics: ``/internal/force_flush``; shoal: the final
-flush of a SIGTERM, the Parquet files its Delta logs hold) and, for shoal, after
-``shoal compact``. Then the targets, met or not: shoal by remote write at least 1.0x
-Prometheus' samples/s and by OTLP 0.8x (the median of the ratios to Prometheus' run of
-the same repetition), remote write's ack p99 at most Prometheus', and a peak RSS under
-600 MB in every run. Last, shoal's CPU per sample by thread (psutil's thread times, the
-names from ``py-spy dump``).
+samples as OTLP/HTTP protobuf gauges, ``job`` and ``instance`` as resource attributes.
+The bodies are encoded before each run by the sender processes; then the senders post
+them as fast as they are acknowledged, over keep-alive connections, for ``--duration``
+seconds. Each server (Debian's ``prometheus`` with its remote-write receiver,
+``victoria-metrics``, and ``shoal serve`` by remote write and by OTLP/HTTP) starts on a
+fresh data dir, in turn, ``--repeat`` times interleaved. A sender answered 429 or 503
+retries the request after a backoff that doubles from 30 ms, as Prometheus' own sender
+does; a request's latency runs from its first attempt to its acknowledgement. Printed
+per run: samples/s, ack p50/p99, the server's CPU per million samples and its peak RSS;
+then the median per server, with the retries and the bytes on disk per sample: after a
+flush (Prometheus: a TSDB snapshot of its head; VictoriaMetrics:
+``/internal/force_flush``; shoal: the final flush of a SIGTERM, the Parquet files its
+Delta logs hold) and, for shoal, after ``shoal compact``. Then the targets, met or not:
+shoal by remote write at least 1.0x Prometheus' samples/s and by OTLP 0.8x (the median
+of the ratios to Prometheus' run of the same repetition), remote write's ack p99 at most
+Prometheus', and a peak RSS under 600 MB in every run. Last, shoal's CPU per sample by
+thread (psutil's thread times, the names from ``py-spy dump``).
 """
 
 from __future__ import annotations
