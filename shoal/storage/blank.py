@@ -23,6 +23,21 @@ _ZEROS = pa.py_buffer(bytes((ROWS + 1) * 8))
 """Zeroed bytes enough for ``ROWS`` values of 8 bytes, or ``ROWS + 1`` 64-bit offsets."""
 
 
+_OFFSET_TYPES = (
+    pa.types.is_string,
+    pa.types.is_binary,
+    pa.types.is_large_string,
+    pa.types.is_large_binary,
+)
+_FIXED_WIDTH_TYPES = (
+    pa.types.is_integer,
+    pa.types.is_floating,
+    pa.types.is_boolean,
+    pa.types.is_timestamp,
+    pa.types.is_date,
+)
+
+
 def _build(typ: pa.DataType, null: bool) -> pa.Array | None:
     """``ROWS`` rows of ``typ``, all null (``null``) or all empty lists/maps; None for a
     type this does not build (the caller keeps the column as it is)."""
@@ -39,20 +54,9 @@ def _build(typ: pa.DataType, null: bool) -> pa.Array | None:
         return pa.Array.from_buffers(typ, ROWS, [validity, _ZEROS], nulls, children=[child])
     if not null:
         return None
-    if (
-        pa.types.is_string(typ)
-        or pa.types.is_binary(typ)
-        or pa.types.is_large_string(typ)
-        or pa.types.is_large_binary(typ)
-    ):
+    if any(kind(typ) for kind in _OFFSET_TYPES):  # validity, offsets, (no) values
         return pa.Array.from_buffers(typ, ROWS, [_ZEROS, _ZEROS, _ZEROS], ROWS)
-    if (
-        pa.types.is_integer(typ)
-        or pa.types.is_floating(typ)
-        or pa.types.is_boolean(typ)
-        or pa.types.is_timestamp(typ)
-        or pa.types.is_date(typ)
-    ):
+    if any(kind(typ) for kind in _FIXED_WIDTH_TYPES):  # validity, values
         return pa.Array.from_buffers(typ, ROWS, [_ZEROS, _ZEROS], ROWS)
     return None
 
