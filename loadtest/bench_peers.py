@@ -111,11 +111,11 @@ Marked = tuple[bytes, list[int]]
 
 
 def _join(parts: list[Marked]) -> Marked:
-    out, marks = b"", []
+    marks, size = [], 0
     for data, own in parts:
-        marks += [len(out) + m for m in own]
-        out += data
-    return out, marks
+        marks += [size + m for m in own]
+        size += len(data)
+    return b"".join(data for data, _ in parts), marks
 
 
 def _wrap(number: int, part: Marked) -> Marked:

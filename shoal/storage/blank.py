@@ -38,9 +38,10 @@ _FIXED_WIDTH_TYPES = (
 )
 
 
+@functools.lru_cache(maxsize=256)
 def _build(typ: pa.DataType, null: bool) -> pa.Array | None:
-    """``ROWS`` rows of ``typ``, all null (``null``) or all empty lists/maps; None for a
-    type this does not build (the caller keeps the column as it is)."""
+    """``ROWS`` rows of ``typ``, all null (``null``) or all empty lists/maps, built once per
+    type; None for a type this does not build (the caller keeps the column as it is)."""
     validity = _ZEROS if null else None
     nulls = ROWS if null else 0
     if pa.types.is_map(typ):
@@ -61,15 +62,10 @@ def _build(typ: pa.DataType, null: bool) -> pa.Array | None:
     return None
 
 
-@functools.lru_cache(maxsize=256)
-def _cached(typ: pa.DataType, null: bool) -> pa.Array | None:
-    return _build(typ, null)
-
-
 def column(typ: pa.DataType, rows: int, null: bool) -> pa.ChunkedArray | None:
     """``rows`` rows of ``typ``, each null (``null``) or an empty list or map, as slices
     of a cached array (one chunk up to :data:`ROWS` rows); None for a type not handled."""
-    whole = _cached(typ, null)
+    whole = _build(typ, null)
     if whole is None:
         return None
     chunks = [whole.slice(0, min(ROWS, rows - start)) for start in range(0, rows, ROWS)]
