@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from loadtest.stats import percentile
 from shoal.storage import TableStore
 from shoal.storage.importer import import_files, spec_for_file
 
@@ -265,7 +266,7 @@ def run_engine(name: str, files: list[Path]) -> list[float]:
 
 
 def p95(values: list[float]) -> float:
-    return float(np.percentile(values, 95))
+    return percentile(values, 0.95)
 
 
 # -- coverage against a Parquet scan ------------------------------------------------

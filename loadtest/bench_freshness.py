@@ -29,6 +29,7 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 
 from loadtest.ingest import ServerProcess
+from loadtest.stats import percentile
 
 SERVICE = "fresh"
 QUERY = f"SELECT count(*) AS n FROM logs WHERE service_name = '{SERVICE}'"
@@ -75,10 +76,6 @@ def ack_to_visible(url: str, exports: int, warm_up: int = 5) -> list[float]:
     return delays
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
-
-
 def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="shoal-fresh-") as tmp:
         server = ServerProcess(Path(tmp) / "data", env={"SHOAL_LOG_LEVEL": "warning"})
@@ -92,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     median = statistics.median(ms)
     print(f"\nack to visible over {len(ms)} exports (ms)")
     print(f"{'median':>8} {'p90':>8} {'p99':>8} {'max':>8}")
-    p90, p99 = _percentile(ms, 0.9), _percentile(ms, 0.99)
+    p90, p99 = percentile(ms, 0.9), percentile(ms, 0.99)
     print(f"{median:>8.2f} {p90:>8.2f} {p99:>8.2f} {ms[-1]:>8.2f}")
     met = "met" if median < TARGET_MS else "NOT met"
     print(f"target: median under {TARGET_MS:.0f} ms, {met}")

@@ -54,6 +54,7 @@ import pyarrow.compute
 from loadtest import payloads, remote_write
 from loadtest.ingest import ServerProcess, directory_bytes, free_port
 from loadtest.prometheus import Prometheus
+from loadtest.stats import percentile
 
 SERIES = 16_000
 PER_REQUEST = 1_000
@@ -380,7 +381,7 @@ def run_one(
     finally:
         stop_server()
     samples = sum(s for s, _, _ in outcomes)
-    latencies = sorted(x for _, lat, _ in outcomes for x in lat)
+    latencies = [x for _, lat, _ in outcomes for x in lat]
     by_thread: dict[str, float] = {}
     for tid, seconds in threads1.items():
         thread = names.get(tid, "other")
@@ -388,8 +389,8 @@ def run_one(
     THREADS.setdefault(name, []).append({k: v / samples * 1e6 for k, v in by_thread.items()})
     return {
         "samples/s": samples / elapsed,
-        "ack p50 ms": latencies[len(latencies) // 2],
-        "ack p99 ms": latencies[int(len(latencies) * 0.99)],
+        "ack p50 ms": percentile(latencies, 0.5),
+        "ack p99 ms": percentile(latencies, 0.99),
         "CPU s per 1M samples": cpu / samples * 1e6,
         "server cores": cpu / elapsed,
         "peak RSS MB": peak[0] / 1e6,

@@ -29,6 +29,7 @@ import psutil
 
 from loadtest import payloads
 from loadtest.ingest import BASE_NS, ServerProcess
+from loadtest.stats import percentile
 from shoal.api.auth import TokenStore
 
 HEAVY = [
@@ -60,10 +61,8 @@ def _post(url: str, token: str, body: bytes, content_type: str) -> tuple[int, fl
 
 
 def _p(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+    """The ``q`` percentile of ``values`` (seconds) in ms."""
+    return percentile(values, q) * 1000
 
 
 class Phase:

@@ -28,7 +28,6 @@ import os
 import resource
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ import grpc
 import psutil
 
 from loadtest import payloads
+from loadtest.stats import percentile
 
 BASE_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 ID_STRIDE = 1_000_000  # request ids per worker
@@ -440,13 +440,7 @@ class Report:
         return self.acked_points / self.elapsed_s if self.elapsed_s else 0.0
 
     def percentile(self, q: float) -> float:
-        if not self.latencies_ms:
-            return float("nan")
-        if len(self.latencies_ms) == 1:
-            return self.latencies_ms[0]
-        return statistics.quantiles(self.latencies_ms, n=1000, method="inclusive")[
-            min(998, int(q * 1000) - 1)
-        ]
+        return percentile(self.latencies_ms, q)
 
     def table(self) -> str:
         overload = self.statuses.get("429", 0)
