@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import unittest.mock
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,7 @@ def test_runs_match_brute_force(values: list[int]) -> None:
     assert all(b < c for (_, b), (c, _) in itertools.pairwise(got))
 
 
+@settings(deadline=None)  # its first example warms Arrow's kernels up
 @given(
     st.lists(
         st.tuples(st.integers(min_value=0, max_value=10**10), st.sampled_from(["a", "b", None])),
@@ -231,3 +233,36 @@ def test_null_and_empty_text_are_one_series_over_both_buckets() -> None:
         "a": [first + 2],
     }
     assert c == _grouped(times, series, 3600)
+
+
+@settings(max_examples=60, deadline=None)
+@given(series_columns(), st.sampled_from([1, 60, 3600]))
+def test_coverage_too_wide_to_share_is_still_exact(
+    columns: tuple[np.ndarray, pa.Array], bucket_s: int
+) -> None:
+    """Past ``SHARED_CELLS`` each series gets a bitmap of its own; the coverage is the same."""
+    times, series = columns
+    with unittest.mock.patch.object(cov, "SHARED_CELLS", 1):
+        assert cov.compute(times, series, bucket_s) == _grouped(times, series, bucket_s)
+
+
+def test_series_over_the_same_buckets_share_one_bitmap() -> None:
+    """A flush's series mostly span the same buckets (two here, three for some): one bitmap
+    per distinct set of buckets, not one per series."""
+    minute = 60 * 10**6
+    start = _T0_US - _T0_US % minute + 59 * 10**6  # a second before a bucket ends
+    names = [f"s{i:04d}" for i in range(1000)]
+    times = [start + t for t in (0, 2 * 10**6) for _ in names]  # each series in 2 buckets
+    values = names * 2
+    times += [start + 61 * 10**6] * 10  # ten of them in a third bucket
+    values += names[:10]
+    order = sorted(range(len(values)), key=lambda i: (values[i], times[i]))
+    series = pa.array([values[i] for i in order], pa.string())
+    c = cov.compute(np.array([times[i] for i in order], dtype=np.int64), series, 60)
+    first = start // minute
+    assert {k: sorted(v) for k, v in c.series.items()} == {
+        name: [first, first + 1, first + 2] if i < 10 else [first, first + 1]
+        for i, name in enumerate(names)
+    }
+    assert len({id(bitmap) for bitmap in c.series.values()}) == 2
+    assert cov.decode(cov.encode(c)) == c
