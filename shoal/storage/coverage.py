@@ -131,14 +131,14 @@ def compute(
         named = series_keys(values.take(pa.array(group_codes[present]))).to_pylist()
         for i, text in zip(np.flatnonzero(present).tolist(), named, strict=True):
             texts[i] = str(text)
-    bounds = [*starts.tolist(), len(unique)]
-    shared = _shared_bitmaps(bucket_of, starts, np.diff(bounds))
+    shared = _shared_bitmaps(bucket_of, starts, np.diff(starts, append=len(unique)))
     per_series: dict[str, FrozenBitMap] = {}
     if shared is not None:
         per_series = dict(zip(texts, shared, strict=True))
         if len(per_series) == len(texts):
             return Coverage(bucket_s, whole, per_series)
         per_series = {}  # two series with the same text (null and ""): merged below
+    bounds = [*starts.tolist(), len(unique)]
     for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         bitmap = FrozenBitMap(bucket_of[lo:hi])
         known = per_series.get(texts[i])
