@@ -96,6 +96,10 @@ def create_app(services: AppServices) -> FastAPI:
         return Response(body, media_type=content_type)
 
     app.include_router(sql.router)
-    # the ingest endpoints, called without the routing above them (shoal/api/direct.py)
-    app.add_middleware(DirectRoutes, routes=post_endpoints(otlp_http.router, remote_write.router))
     return app
+
+
+def front_door(app: FastAPI) -> DirectRoutes:
+    """The ASGI app the HTTP listener runs: the ingest endpoints called straight from
+    the listener, every other request handed to ``app`` (shoal/api/direct.py)."""
+    return DirectRoutes(app, post_endpoints(otlp_http.router, remote_write.router))

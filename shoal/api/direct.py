@@ -1,17 +1,19 @@
-"""The ingest endpoints, reached without FastAPI's routing.
+"""The ingest endpoints, reached straight from the HTTP listener.
 
 An ingest request (``POST /api/v1/write``, ``/v1/metrics``, ``/v1/logs``, ``/v1/traces``)
-went through about a dozen ASGI layers before its endpoint ran: the exception
-middlewares, the router, one included router per module, the route and FastAPI's
-dependency solving. They held the interpreter lock for about two thirds of the event
-loop's time at full remote-write speed (docs/benchmarks.md), for endpoints that take a
-bare ``Request``, catch every exception themselves and answer a ``Response``.
+went through about a dozen ASGI layers before its endpoint ran: FastAPI's and
+Starlette's exception and telemetry middlewares, the router, one included router per
+module, the route and FastAPI's dependency solving. They held the interpreter lock for
+most of the event loop's time at full remote-write speed (docs/benchmarks.md), for
+endpoints that take a bare ``Request``, catch every exception themselves and answer a
+``Response``.
 
-:class:`DirectRoutes` sits inside Starlette's outermost error middleware and calls the
-endpoint of such a request itself; every other request (another method, another path)
-goes down the stack as before, so a ``GET /api/v1/write`` still gets FastAPI's 405.
-The table is read off the routers (:func:`post_endpoints`), so the endpoints are
-registered once and both ways reach the very same functions.
+:class:`DirectRoutes` is the ASGI app the listener runs (``shoal.api.app.front_door``):
+it calls the endpoint of such a request itself, and hands every other request (another
+method, another path) to the FastAPI app, so a ``GET /api/v1/write`` still gets
+FastAPI's 405. The table is read off the routers (:func:`post_endpoints`), so the
+endpoints are registered once and both ways reach the very same functions. An
+exception that escaped an endpoint would reach uvicorn, which logs it and answers 500.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ def _check_bare(route: APIRoute) -> None:
 
 
 class DirectRoutes:
-    """Pure ASGI middleware: ``POST`` to a path of ``routes`` runs its endpoint directly."""
+    """Pure ASGI app: ``POST`` to a path of ``routes`` runs its endpoint directly, with
+    ``app`` as the request's app (its ``state``); anything else goes to ``app``."""
 
     def __init__(self, app: ASGIApp, routes: Mapping[str, Endpoint]) -> None:
         self.app = app
@@ -77,6 +80,7 @@ class DirectRoutes:
         if scope["type"] == "http" and scope["method"] == "POST":
             endpoint = self.routes.get(scope["path"])
             if endpoint is not None:
+                scope["app"] = self.app
                 response = await endpoint(Request(scope, receive, send))
                 await response(scope, receive, send)
                 return

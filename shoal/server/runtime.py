@@ -31,7 +31,7 @@ import uvloop
 from grpc import aio
 from prometheus_client import CollectorRegistry
 
-from shoal.api.app import AppServices, create_app
+from shoal.api.app import AppServices, create_app, front_door
 from shoal.api.auth import Authenticator, TokenStore
 from shoal.api.ingest_handler import IngestHandler
 from shoal.api.otlp_grpc import create_server
@@ -310,7 +310,7 @@ class ServerRuntime:
         )
         uv = _QuietServer(
             uvicorn.Config(
-                app,
+                front_door(app),
                 host=self.config.bind.strip("[]"),
                 port=self.config.http_port,
                 log_config=None,
@@ -320,6 +320,9 @@ class ServerRuntime:
                 timeout_graceful_shutdown=max(1, int(self.config.shutdown_timeout_s / 3)),
                 timeout_keep_alive=30,
                 server_header=False,
+                # shoal reads no client address: X-Forwarded-* rewriting is per-request
+                # work for nothing
+                proxy_headers=False,
             )
         )
         # Bind both ports before starting either listener: a taken port is one line

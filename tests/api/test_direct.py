@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from shoal.api import otlp_http, remote_write
-from shoal.api.app import AppServices, create_app
+from shoal.api.app import AppServices, create_app, front_door
 from shoal.api.auth import Authenticator, TokenStore
 from shoal.api.direct import DirectRoutes, post_endpoints
 from shoal.api.ingest_handler import IngestHandler
@@ -59,6 +59,23 @@ def test_only_a_post_to_a_listed_path_skips_the_stack() -> None:
     assert inner.paths == [("GET", "/in"), ("PUT", "/in"), ("POST", "/in/"), ("POST", "/other")]
 
 
+def test_a_direct_endpoint_sees_the_app_it_bypasses() -> None:
+    """The endpoints read their services off ``request.app.state``: the app below."""
+    inner = _Inner()
+    seen: list[Any] = []
+
+    async def endpoint(request: Request) -> Response:
+        seen.append(request.app)
+        return PlainTextResponse("ok")
+
+    async def run() -> httpx.Response:
+        async with _client(DirectRoutes(inner, {"/in": endpoint})) as c:
+            return await c.post("/in", content=b"x")
+
+    assert asyncio.run(run()).status_code == 200
+    assert seen == [inner] and inner.paths == []
+
+
 def test_the_table_names_the_routers_own_endpoints() -> None:
     """The ingest endpoints are called directly by the very functions the routers would
     call: the two ways to reach an endpoint cannot answer differently."""
@@ -83,20 +100,22 @@ class _Unreached:
 
 @pytest.fixture
 def app(tmp_path: Path) -> Any:
-    return create_app(
-        AppServices(
-            authenticator=Authenticator(TokenStore(tmp_path), allow_anonymous=False),
-            ingest=IngestHandler(_Unreached()),
-            is_ready=lambda: True,
-            metrics_exposition=lambda: (b"", "text/plain"),
-            max_body_bytes=1 << 20,
-            retry_after_s=1.0,
+    return front_door(
+        create_app(
+            AppServices(
+                authenticator=Authenticator(TokenStore(tmp_path), allow_anonymous=False),
+                ingest=IngestHandler(_Unreached()),
+                is_ready=lambda: True,
+                metrics_exposition=lambda: (b"", "text/plain"),
+                max_body_bytes=1 << 20,
+                retry_after_s=1.0,
+            )
         )
     )
 
 
 def test_the_app_answers_ingest_directly_and_the_rest_as_before(app: Any) -> None:
-    assert [m.cls for m in app.user_middleware] == [DirectRoutes]
+    assert isinstance(app, DirectRoutes) and not app.app.user_middleware
 
     async def run() -> list[httpx.Response]:
         async with _client(app) as c:
