@@ -64,11 +64,26 @@ def resolve_acks(acks: Iterable[tuple[int, Ack]]) -> None:
         loop.call_soon_threadsafe(_settle_many, items)
 
 
+BACKLOG_POLL_S = 0.005
+"""How often a request held back by the flusher's backlog (:meth:`IngestSink.backlogged`)
+looks at it again: a flush round frees a whole ``flush_max_bytes`` at once, and the
+request goes on within this of it."""
+
+
 class IngestSink(Protocol):
     """Where decoded data goes: the server's queue in front of the WAL."""
 
     def check_admission(self) -> None:
         """Raise (not ready, shutting down, queue full) before any work is spent."""
+        ...
+
+    @property
+    def backlog_wait_s(self) -> float:
+        """Longest a request is held back while :meth:`backlogged` before it is refused."""
+        ...
+
+    def backlogged(self) -> bool:
+        """Whether rows not yet flushed are over their cap: requests are held back."""
         ...
 
     def append(
@@ -79,11 +94,13 @@ class IngestSink(Protocol):
         ack: Ack,
         payload: bytes | None = None,
         source: tuple[Any, bytes] | None = None,
+        all_null: tuple[bool, ...] | None = None,
     ) -> None:
         """On a worker thread: admit, encode and append ``table`` for ``tenant``
         (``payload``, when given, is its WAL payload, already encoded; ``source``, the
         ``shoal.decoding.DecodeJob`` and body the rows were decoded from, which the sink
-        may log instead of the rows).
+        may log instead of the rows; ``all_null``, per column, whether every row is
+        null, when the decoder said).
 
         Raises if it is refused at once; otherwise ``ack`` is resolved with the
         WAL LSN once the rows are durable (and in the snapshot), or failed.

@@ -11,6 +11,7 @@ converted to their type on load and a bad value fails loudly with
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -70,6 +71,13 @@ def _parse_positive_float(raw: str) -> float:
     value = float(raw)
     if not value > 0:
         raise ValueError(f"must be a positive number, got {raw!r}")
+    return value
+
+
+def _parse_non_negative_float(raw: str) -> float:
+    value = float(raw)
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"must be a finite number, 0 or more, got {raw!r}")
     return value
 
 
@@ -221,12 +229,20 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "queue_max_bytes",
-        128 * MiB,
+        64 * MiB,
         _parse_size,
         "Ingest queue bound in bytes of decoded data (each request counted as the length "
         "of its rows as an Arrow IPC stream).",
     ),
     Setting("retry_after_s", 1, _parse_positive_int, "Retry-After sent with 429/503."),
+    Setting(
+        "backlog_wait_s",
+        1.0,
+        _parse_non_negative_float,
+        "Longest an ingest request waits, while the rows not yet flushed are over their "
+        "cap (5 x flush_max_bytes), for the flusher to catch up before it is refused with "
+        "429 / UNAVAILABLE; an HTTP request waits before its body is read. 0 refuses at once.",
+    ),
     # -- flusher and storage
     Setting(
         "flush_max_bytes",
@@ -397,6 +413,7 @@ class Config:
     queue_max_requests: int
     queue_max_bytes: int
     retry_after_s: int
+    backlog_wait_s: float
     flush_max_bytes: int
     flush_max_age_s: float
     coverage_bucket_s: int

@@ -46,7 +46,8 @@ class Decoded:
     """A decoded body: its rows, what was refused, and the remote-write counts.
 
     ``payload`` is the rows' WAL payload when the decoder built it (a decoding process
-    sends that, and ``table`` is read from it without a copy)."""
+    sends that, and ``table`` is read from it without a copy). ``all_null``: per
+    column, whether every row is null, when the decoder knew it (``DecodeResult``)."""
 
     table: pa.Table
     rejected: int
@@ -54,6 +55,7 @@ class Decoded:
     samples: int = 0
     exemplars: int = 0
     payload: bytes | None = None
+    all_null: tuple[bool, ...] | None = None
 
 
 def decode(job: DecodeJob, body: bytes) -> Decoded:
@@ -63,12 +65,17 @@ def decode(job: DecodeJob, body: bytes) -> Decoded:
         written = promwrite.decode(snappy.decompress(body, job.max_bytes), job.message)
         result = written.result
         return Decoded(
-            result.table, result.rejected, result.errors, written.samples, written.exemplars
+            result.table,
+            result.rejected,
+            result.errors,
+            written.samples,
+            written.exemplars,
+            all_null=result.all_null,
         )
     if job.wire not in (OTLP, OTLP_JSON):
         raise ValueError(f"unknown wire format {job.wire!r}")
     result = otlp.decode(job.signal, body, json=job.wire == OTLP_JSON)
-    return Decoded(result.table, result.rejected, result.errors)
+    return Decoded(result.table, result.rejected, result.errors, all_null=result.all_null)
 
 
 Done = Callable[[Decoded | BaseException], None]

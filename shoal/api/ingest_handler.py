@@ -35,7 +35,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from shoal.ack import Ack, IngestSink
+from shoal.ack import BACKLOG_POLL_S, Ack, IngestSink
 from shoal.api.status import classify
 from shoal.decoding import Decoded, DecodeJob, DecodeRunner, ThreadDecoder
 
@@ -54,6 +54,10 @@ class IngestMetrics(Protocol):
         return None
 
     def request(self, signal: str, protocol: str, tenant: str, status: str, seconds: float) -> None:
+        return None
+
+    def waited(self, seconds: float) -> None:
+        """A request was held back ``seconds`` by the flusher's backlog."""
         return None
 
 
@@ -92,6 +96,11 @@ def export_response(signal: str, outcome: IngestOutcome | None) -> Message:
     return response(partial_success=partial(**{field: rejected, "error_message": message}))
 
 
+MAX_HELD = 64
+"""Most requests held back at once; more are refused at once (each holds its connection,
+and over gRPC its message)."""
+
+
 class IngestHandler:
     """Decode, validate, submit and await durability for one ingest request."""
 
@@ -106,6 +115,7 @@ class IngestHandler:
         self.decoder: DecodeRunner = decoder or ThreadDecoder()
         self.metrics: IngestMetrics = metrics or NoopIngestMetrics()
         self._max_error_chars = max_error_chars
+        self._held = 0
 
     def _decoded(
         self,
@@ -125,16 +135,38 @@ class IngestHandler:
             ack.errors = outcome.errors
             if outcome.table.num_rows:
                 ack.accepted = outcome.table.num_rows
-                self.sink.append(tenant, signal, outcome.table, ack, outcome.payload, source)
+                self.sink.append(
+                    tenant, signal, outcome.table, ack, outcome.payload, source, outcome.all_null
+                )
             else:
                 ack.resolve(0)
         except BaseException as exc:
             ack.fail(exc)
 
+    async def admit(self) -> None:
+        """Raise when a request is refused (not ready, shutting down, queue full), before
+        its body is read; while the flusher's backlog is over its cap, first wait up to
+        the sink's ``backlog_wait_s`` for it to come back under.
+
+        A sender held back here, its body still unread, is slowed down by the flusher's
+        pace instead of refused: refused, it would sleep its whole backoff however soon
+        the flush round ended (docs/rationale.md)."""
+        wait_s = self.sink.backlog_wait_s
+        if wait_s > 0 and self._held < MAX_HELD and self.sink.backlogged():
+            began = time.monotonic()
+            self._held += 1
+            try:
+                while self.sink.backlogged() and time.monotonic() - began < wait_s:
+                    await asyncio.sleep(BACKLOG_POLL_S)
+            finally:
+                self._held -= 1
+                self.metrics.waited(time.monotonic() - began)
+        self.sink.check_admission()
+
     async def ingest(self, tenant: str, job: DecodeJob, body: bytes) -> IngestOutcome:
         """Raises DecodeError, OverloadedError, WAL errors and the like; the caller maps them."""
         signal = job.signal
-        self.sink.check_admission()
+        await self.admit()
         if not body:
             return IngestOutcome(0, 0, "")
         ack = Ack(asyncio.get_running_loop())

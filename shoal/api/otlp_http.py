@@ -101,7 +101,7 @@ async def _export(request: Request, signal: str) -> Response:
         principal = authenticator.check(request.headers.get("authorization"), "ingest")
         tenant = principal.tenant
         json = _content_kind(request)
-        ingest.sink.check_admission()
+        await ingest.admit()
         body = await read_body(request, max_body)
         outcome = await ingest.ingest(tenant, DecodeJob(signal, OTLP_JSON if json else OTLP), body)
     except Exception as exc:

@@ -66,7 +66,7 @@ async def write(request: Request) -> Response:
         tenant = principal.tenant
         message = promwrite.message_of(request.headers.get("content-type", ""))
         _encoding(request)
-        ingest.sink.check_admission()
+        await ingest.admit()
         body = await _read(request, limit)
 
         job = DecodeJob("metrics", REMOTE_WRITE, message, limit)

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from shoal.otlp import metrics, wire
 from shoal.otlp.columns import empty_lists, nulls, timestamps
-from shoal.otlp.common import DecodeResult
+from shoal.otlp.common import DecodeResult, all_null
 from shoal.otlp.known import KnownSeries, gather
 from shoal.schema import METRICS_SCHEMA
 
@@ -127,7 +127,6 @@ def decode(body: bytes, known: KnownSeries | None = None) -> DecodeResult | None
             "flags": pa.array(np.frombuffer(flags, np.int64)),
         }
     )
-    rows_table = pa.Table.from_arrays(
-        [columns[f.name] for f in METRICS_SCHEMA], schema=METRICS_SCHEMA
-    )
-    return DecodeResult(rows_table, n, 0, [])
+    arrays = [columns[f.name] for f in METRICS_SCHEMA]
+    rows_table = pa.Table.from_arrays(arrays, schema=METRICS_SCHEMA)
+    return DecodeResult(rows_table, n, 0, [], all_null(arrays, n))

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from shoal.errors import DecodeError, UnsupportedMediaTypeError
 from shoal.otlp.columns import empty_lists, empty_maps, hash_text, nulls
-from shoal.otlp.common import DecodeResult
+from shoal.otlp.common import DecodeResult, all_null
 from shoal.otlp.known import KnownSeries, gather
 from shoal.otlp.metrics import series_ids
 from shoal.otlp.wire import ProtoArrow
@@ -611,7 +611,7 @@ def _rows(
     columns.update(zip(gathered.column_names, gathered.columns, strict=True))
     columns.update(
         {
-            "timestamp": pa.array(t_ms * 1000, UTC_US),
+            "timestamp": pa.array(t_ms * 1000).view(UTC_US),  # a 10th of the cost of typing it
             "time_unix_nano": pa.array(t_ms * 1_000_000),
             "value": pa.array(values),
         }
@@ -630,8 +630,11 @@ def _rows(
         exemplars, exemplar_count = _exemplars(series, owner, counts, named, n, symbols)
         if exemplar_count:
             columns["exemplars"] = exemplars
-    result = pa.Table.from_arrays(list(columns.values()), schema=METRICS_SCHEMA)
-    return Written(DecodeResult(result, n, rejected, errors), n, exemplar_count)
+    arrays = list(columns.values())
+    result = pa.Table.from_arrays(arrays, schema=METRICS_SCHEMA)
+    return Written(
+        DecodeResult(result, n, rejected, errors, all_null(arrays, n)), n, exemplar_count
+    )
 
 
 def _exemplars(

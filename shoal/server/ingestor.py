@@ -74,11 +74,21 @@ class Ingestor:
         self.state = State.DRAINING
 
     def check_admission(self) -> None:
+        self._check_state()
+        self.queue.check()
+
+    def _check_state(self) -> None:
         if self.state is State.STARTING:
             raise NotReadyError("shoal is starting (replaying the WAL); retry shortly")
         if self.state is State.DRAINING:
             raise ShuttingDownError("shoal is shutting down; retry against the restarted server")
-        self.queue.check()
+
+    @property
+    def backlog_wait_s(self) -> float:
+        return self.queue.backlog_wait_s
+
+    def backlogged(self) -> bool:
+        return self.state is State.READY and self.queue.backlogged()
 
     def append(
         self,
@@ -88,13 +98,17 @@ class Ingestor:
         ack: Ack,
         payload: bytes | None = None,
         source: tuple[DecodeJob, bytes] | None = None,
+        all_null: tuple[bool, ...] | None = None,
     ) -> None:
         """Decoder's thread: admit, encode (unless ``payload`` is the encoded rows), append;
         ``ack`` resolves in :meth:`on_durable`.
 
         A protobuf request (remote write, OTLP over HTTP or gRPC) is logged as
-        ``source``, its job and body, instead of its rows (``records.encode_request``)."""
-        self.check_admission()
+        ``source``, its job and body, instead of its rows (``records.encode_request``).
+        Admission was checked before the body was read; here the queue's own bounds are
+        (:meth:`IngestQueue.acquire`, which holds the request back while the flusher's
+        backlog is over its cap)."""
+        self._check_state()
         wal = self._wal
         assert wal is not None
         # What the rows count for is the length of their encoded rows, also when they are
@@ -104,7 +118,7 @@ class Ingestor:
             nbytes = len(payload)
         elif source is not None and source[0].wire in records.LOGGED_AS_REQUESTS:
             payload = records.encode_request(tenant, signal, *source)
-            nbytes = records.rows_bytes(tenant, signal, table)
+            nbytes = records.rows_bytes(tenant, signal, table, all_null)
         else:
             payload = records.encode(tenant, signal, table)
             nbytes = len(payload)

@@ -9,7 +9,7 @@ The memory budget is what the settings allow the process to hold at once:
 
     baseline RSS (interpreter, Arrow, DataFusion, gRPC: measured idle)
   + query_memory_bytes x query_max_concurrency      (each query's pool)
-  + SNAPSHOT_LIMIT_FLUSHES x flush_max_bytes        (unflushed rows before ingest is refused)
+  + SNAPSHOT_LIMIT_FLUSHES x flush_max_bytes        (unflushed rows before ingest is held back)
   + queue_max_bytes                                 (decoded requests waiting for the WAL)
   + max_body_bytes x (INGEST_THREADS + 1)           (bodies being decoded)
   + promql_cache_bytes                              (metric rows kept for PromQL)
@@ -39,9 +39,12 @@ BASELINE_RSS_BYTES = 450 * MiB
 """Resident memory of an idle server with its tables open (measured 160-250 MiB,
 docs/benchmarks.md "Footprint"), with room for more tables and allocator slack."""
 
-SNAPSHOT_LIMIT_FLUSHES = 3
-"""Ingest is refused (retryably) while the snapshot holds more than this many
-``flush_max_bytes``: the flusher has fallen behind, and memory must stay bounded."""
+SNAPSHOT_LIMIT_FLUSHES = 5
+"""Ingest is held back, then refused (retryably), while the snapshot holds more than
+this many ``flush_max_bytes``: the flusher has fallen behind, and memory must stay
+bounded. A round writes one ``flush_max_bytes`` while the next arrives, so at full
+ingest speed the snapshot holds two to three of them; at three, senders were held back
+or refused several times a second (docs/rationale.md)."""
 
 DECODE_PROCESS_BYTES = 224 * MiB
 """One decoding process: 77 MiB idle (with multiprocessing's resource tracker beside

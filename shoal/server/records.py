@@ -127,12 +127,12 @@ def _head(version: int, *names: str) -> bytes:
 
 
 def _stream_parts(
-    table: str, data: pa.Table
+    table: str, data: pa.Table, all_null: tuple[bool, ...] | None = None
 ) -> tuple[int, bytes, bytes | None, list[pa.RecordBatch]]:
     """Version, column bitmap, cached schema message (None: write the stream whole) and
-    the batches to write, for ``data`` of ``table``."""
+    the batches to write, for ``data`` of ``table`` (``all_null``: see :func:`_left_out`)."""
     batches = data.to_batches()
-    left_out = _left_out(table, data)
+    left_out = _left_out(table, data, all_null)
     if left_out is None:
         return _VERSION, b"", _schema_message(data.schema), batches
     # a signal table: its schema message is cached by the columns it keeps
@@ -152,10 +152,15 @@ def encode_request(tenant: str, table: str, job: DecodeJob, body: bytes) -> byte
     return _head(_VERSION_REQUEST, tenant, table, job.wire, job.message) + body
 
 
-def rows_bytes(tenant: str, table: str, data: pa.Table) -> int:
+def rows_bytes(
+    tenant: str, table: str, data: pa.Table, all_null: tuple[bool, ...] | None = None
+) -> int:
     """``len(encode(tenant, table, data))``, without encoding: what a request's rows
-    count for in the ingest queue and the snapshot, whichever way they are logged."""
-    version, bitmap, schema, batches = _stream_parts(table, data)
+    count for in the ingest queue and the snapshot, whichever way they are logged.
+
+    ``all_null``, when the decoder gave it, says per column whether every row is null,
+    which then is not asked of each column again (``DecodeResult.all_null``)."""
+    version, bitmap, schema, batches = _stream_parts(table, data, all_null)
     if schema is None:
         return len(encode(tenant, table, data))
     head = len(_head(version, tenant, table)) + len(bitmap)
@@ -163,12 +168,18 @@ def rows_bytes(tenant: str, table: str, data: pa.Table) -> int:
     return head + len(schema) + body + len(_END_OF_STREAM)
 
 
-def _left_out(table: str, data: pa.Table) -> tuple[bool, ...] | None:
+def _left_out(
+    table: str, data: pa.Table, all_null: tuple[bool, ...] | None = None
+) -> tuple[bool, ...] | None:
     """Per column, whether it is all null, when ``data`` has rows and exactly the schema
-    of signal table ``table``; else None (the payload keeps every column)."""
+    of signal table ``table``; else None (the payload keeps every column). ``all_null``
+    is the answer when the decoder knew it: asking each of a table's columns makes a
+    wrapper per column (37 against 2 µs for a remote-write request's 44 columns)."""
     spec = SIGNAL_TABLES.get(table)
     if spec is None or not data.num_rows or not data.schema.equals(spec.schema):
         return None
+    if all_null is not None and len(all_null) == data.num_columns:
+        return all_null
     rows = data.num_rows
     return tuple(column.null_count == rows for column in data.columns)
 

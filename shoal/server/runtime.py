@@ -110,6 +110,8 @@ class ServerRuntime:
             on_overflow=lambda reason: self.metrics.queue_overflow_total.labels(reason).inc(),
             backlog=lambda: self.snapshot.bytes,
             max_backlog_bytes=SNAPSHOT_LIMIT_FLUSHES * config.flush_max_bytes,
+            backlog_wait_s=float(config.backlog_wait_s),
+            on_wait=lambda seconds: self.metrics.waited(seconds),
         )
         self.executor = ThreadPoolExecutor(
             max_workers=INGEST_THREADS, thread_name_prefix="shoal-ingest"

@@ -89,6 +89,15 @@ _FAMILIES: tuple[_Family, ...] = (
         ("reason",),
     ),
     _Family(
+        "backlog_wait_seconds",
+        Histogram,
+        "shoal_ingest_backlog_wait_seconds",
+        "Time ingest requests were held back, before they went on or were refused, while "
+        "the rows not yet flushed were over their cap (the flusher behind ingest).",
+        (),
+        _LATENCY_BUCKETS,
+    ),
+    _Family(
         "decode_process_restarts",
         Counter,
         "shoal_decode_process_restarts_total",
@@ -246,6 +255,7 @@ class ServerMetrics:
     requests_total: Counter
     request_seconds: Histogram
     queue_overflow_total: Counter
+    backlog_wait_seconds: Histogram
     decode_process_restarts: Counter
     queue_requests: Gauge
     queue_bytes: Gauge
@@ -323,6 +333,9 @@ class ServerMetrics:
     def request(self, signal: str, protocol: str, tenant: str, status: str, seconds: float) -> None:
         self.requests_total.labels(signal, protocol, tenant, status).inc()
         self.request_seconds.labels(protocol).observe(seconds)
+
+    def waited(self, seconds: float) -> None:
+        self.backlog_wait_seconds.observe(seconds)
 
     # -- flusher -------------------------------------------------------------------
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from loadtest import payloads
-from shoal.api.ingest_handler import IngestHandler
+from shoal.api.ingest_handler import IngestHandler, IngestMetrics
 from shoal.decoding import DecodeJob, ThreadDecoder
 from shoal.errors import DecodeError, OverloadedError, WalError
 from shoal.server import records
@@ -21,16 +22,39 @@ from shoal.wal import Wal
 METRICS = DecodeJob("metrics")
 
 
+class _Waits(IngestMetrics):
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def waited(self, seconds: float) -> None:
+        self.seconds.append(seconds)
+
+
 class _Parts:
-    def __init__(self, tmp: Path, max_requests: int = 64) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        max_requests: int = 64,
+        max_backlog_bytes: int = 0,
+        backlog_wait_s: float = 0.0,
+    ) -> None:
         self.snapshot = Snapshot()
-        self.queue = IngestQueue(max_requests, 1 << 30, 1.0)
+        self.waits = _Waits()
+        self.queue = IngestQueue(
+            max_requests,
+            1 << 30,
+            1.0,
+            backlog=lambda: self.snapshot.bytes,
+            max_backlog_bytes=max_backlog_bytes,
+            backlog_wait_s=backlog_wait_s,
+            on_wait=self.waits.waited,
+        )
         self.fatal: list[BaseException] = []
         self.ingestor = Ingestor(self.queue, self.snapshot, on_fatal=self.fatal.append)
         self.wal = Wal.open(tmp / "wal", fsync="always", on_durable=self.ingestor.on_durable)
         self.ingestor.open(self.wal)
         self.executor = ThreadPoolExecutor(2)
-        self.handler = IngestHandler(self.ingestor, ThreadDecoder(self.executor))
+        self.handler = IngestHandler(self.ingestor, ThreadDecoder(self.executor), self.waits)
 
     def close(self) -> None:
         self.executor.shutdown()
@@ -117,5 +141,67 @@ def test_rows_shared_with_the_series_cache_count_the_bytes_they_hold(tmp_path: P
         held = [b.batch.get_total_buffer_size() for b in parts.snapshot.batches("acme")["metrics"]]
         assert min(held[1:]) > 2 * max(encoded[1:])
         assert parts.queue.wait_empty(5) and parts.queue.bytes == 0
+    finally:
+        parts.close()
+
+
+def test_a_request_is_held_back_while_the_flusher_is_behind_and_goes_on_when_it_catches_up(
+    tmp_path: Path,
+) -> None:
+    """Over the backlog's cap, a request is neither refused nor decoded: it waits, and is
+    taken in full once a flush round has brought the unflushed rows back under it."""
+    parts = _Parts(tmp_path, max_backlog_bytes=1, backlog_wait_s=30.0)
+
+    async def main() -> None:
+        first = await parts.handler.ingest("acme", METRICS, _body(50, 1))
+        assert first.accepted == 50 and parts.queue.backlogged()  # over its 1-byte cap
+        held = asyncio.create_task(parts.handler.ingest("acme", METRICS, _body(40, 2)))
+        await asyncio.sleep(0.3)
+        assert not held.done() and parts.snapshot.rows == 50  # held, not yet decoded
+        parts.snapshot.drop_through("acme", "metrics", parts.wal.last_lsn)  # flushed
+        second = await asyncio.wait_for(held, 30)
+        assert (second.accepted, second.rejected) == (40, 0)
+
+    try:
+        asyncio.run(main())
+        assert parts.snapshot.rows == 40
+        assert len(parts.waits.seconds) == 1 and parts.waits.seconds[0] >= 0.3
+        assert parts.fatal == []
+    finally:
+        parts.close()
+
+
+def test_a_request_held_back_for_all_of_backlog_wait_s_is_refused_retryably(
+    tmp_path: Path,
+) -> None:
+    parts = _Parts(tmp_path, max_backlog_bytes=1, backlog_wait_s=0.2)
+    try:
+        asyncio.run(parts.handler.ingest("acme", METRICS, _body(50, 1)))
+        with pytest.raises(OverloadedError) as info:
+            asyncio.run(parts.handler.ingest("acme", METRICS, _body(40, 2)))
+        assert info.value.reason == "snapshot"
+        assert parts.snapshot.rows == 50 and parts.queue.depth == 0
+        assert len(parts.waits.seconds) == 1 and parts.waits.seconds[0] >= 0.2
+    finally:
+        parts.close()
+
+
+def test_a_decoded_request_is_held_back_on_the_ingest_thread_then_appended(
+    tmp_path: Path,
+) -> None:
+    """The backlog can go over its cap between a request's admission and its append (the
+    rows of requests decoded meanwhile): the queue holds it back there too."""
+    parts = _Parts(tmp_path, max_backlog_bytes=1, backlog_wait_s=30.0)
+    try:
+        asyncio.run(parts.handler.ingest("acme", METRICS, _body(50, 1)))
+        timer = threading.Timer(
+            0.3, parts.snapshot.drop_through, args=("acme", "metrics", parts.wal.last_lsn)
+        )
+        timer.start()
+        parts.queue.acquire(7)  # what the ingest thread does for a decoded request
+        timer.join()
+        assert (parts.queue.depth, parts.queue.bytes) == (1, 7)
+        assert len(parts.waits.seconds) == 1 and parts.waits.seconds[0] >= 0.3
+        parts.queue.release(7)
     finally:
         parts.close()

@@ -107,7 +107,8 @@ def test_budget_adds_up_each_setting() -> None:
     assert budget.queries == 300 * MiB
     assert budget.snapshot == preflight.SNAPSHOT_LIMIT_FLUSHES * 10 * MiB
     assert budget.promql_cache == 11 * MiB
-    assert budget.total == preflight.BASELINE_RSS_BYTES + (300 + 30 + 7 + 10 + 11) * MiB
+    snapshot = preflight.SNAPSHOT_LIMIT_FLUSHES * 10
+    assert budget.total == preflight.BASELINE_RSS_BYTES + (300 + snapshot + 7 + 10 + 11) * MiB
     with pytest.raises(StartupError, match="cgroup memory limit"):
         preflight.check_memory(cfg, cgroup_limit=budget.total - 1)
     assert preflight.check_memory(cfg, cgroup_limit=budget.total) == budget
