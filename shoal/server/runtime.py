@@ -111,7 +111,7 @@ class ServerRuntime:
             backlog=lambda: self.snapshot.bytes,
             max_backlog_bytes=SNAPSHOT_LIMIT_FLUSHES * config.flush_max_bytes,
             backlog_wait_s=float(config.backlog_wait_s),
-            on_wait=lambda seconds: self.metrics.waited(seconds),
+            on_wait=self.metrics.waited,
         )
         self.executor = ThreadPoolExecutor(
             max_workers=INGEST_THREADS, thread_name_prefix="shoal-ingest"
