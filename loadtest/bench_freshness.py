@@ -10,7 +10,7 @@ query's answer is what a user sees between "sent" and "on the panel". The first
 ``--warm-up`` exports create the ``logs`` table and its first views and are not
 counted. Printed: median, p90, p99 and the largest delay, and whether the median
 is under the 10 ms target. A benchmark, not a test: the test suite checks the
-counts (``tests/query/test_freshness.py``), never the time.
+counts (``tests/sql/test_freshness.py``), never the time.
 """
 
 from __future__ import annotations

@@ -416,9 +416,9 @@ def decode_only(rounds: int = 8) -> None:
     """Time shoal's remote-write decoder alone on the benchmark's bodies (one group of
     1,000 series per request): without the series cache, and with it (the first round,
     where every series is new, and the rounds after it, in the same order and shuffled)."""
-    from shoal.otlp.known import KnownSeries
     from shoal.promwrite import decode as promwrite
     from shoal.promwrite import snappy
+    from shoal.rows.known import KnownSeries
 
     per_group = rw_bodies(list(range(GROUPS)), range(rounds), 0)  # group after group
     bodies = [  # round after round: bodies[:GROUPS] is the first round

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from loadtest.bench_query import START_US, TENANT, _iso, ensure_data, queries
 from loadtest.ingest import ServerProcess
-from shoal.api.auth import TokenStore
+from shoal.auth import TokenStore
 
 
 class PeakRss:

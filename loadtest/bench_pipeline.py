@@ -115,7 +115,7 @@ def table_dir(data_dir: Path) -> Path:
 
 def query_times(data_dir: Path, repeats: int) -> dict[str, float]:
     """Median seconds per query, over the committed files registered natively."""
-    from shoal.query.engine import new_session
+    from shoal.sql.sessions import new_session
 
     paths = [str(p) for p in DeltaTable(str(table_dir(data_dir))).file_uris()]
     times: dict[str, float] = {}

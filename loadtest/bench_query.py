@@ -11,7 +11,7 @@ snapshot and times four queries:
 * ``1m buckets 1 series``: one series over 24 hours in 1-minute buckets;
 * ``7d select *``: every column of one metric over a 7-day range.
 
-shoal answers through :class:`shoal.query.QueryService` (session building, the
+shoal answers through :class:`shoal.sql.QueryService` (session building, the
 union with the snapshot, limits); DuckDB and chDB read the committed Parquet
 files directly (no snapshot, no tenancy), each with as many threads as
 shoal's DataFusion sessions have partitions (the core count). Each figure is
@@ -42,11 +42,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from shoal.query.limits import Limits
-from shoal.query.service import QueryService
 from shoal.schema import METRICS_SCHEMA
-from shoal.storage.snapshot import MemorySnapshot
+from shoal.sql.limits import Limits
+from shoal.sql.service import QueryService
+from shoal.storage.reader import TenantReader
 from shoal.storage.store import TableStore
+from shoal.storage.unflushed import MemoryUnflushed
 
 HOUR_US = 3_600_000_000
 START_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
@@ -244,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     live = {f.path for f in committed.files}
     files = [f for f in files if f in live]
 
-    snapshot = MemorySnapshot()
+    snapshot = MemoryUnflushed()
     per_batch = 1000
     recent = points(args.snapshot_rows, START_US + 23 * HOUR_US, HOUR_US, seed=99)
     for i, batch in enumerate(recent.to_batches(max_chunksize=per_batch)):
@@ -252,7 +253,8 @@ def run(args: argparse.Namespace) -> int:
         # would keep the whole table's buffers, which the server never holds)
         snapshot.add(TENANT, "metrics", 1000 + i, pa.concat_batches([batch]))
     service = QueryService(
-        store, snapshot, Limits(max_rows=50_000_000, timeout_s=600, memory_bytes=1 << 30)
+        TenantReader(store, snapshot),
+        Limits(max_rows=50_000_000, timeout_s=600, memory_bytes=1 << 30),
     )
 
     import chdb

@@ -1,11 +1,11 @@
 """Startup replay of the WAL into the snapshot: ``python -m loadtest.bench_replay``.
 
 Builds a WAL of realistic server records, logged as the server logs them
-(:mod:`shoal.server.records`): OTLP requests from :mod:`loadtest.payloads` and
+(:mod:`shoal.ingest.records`): OTLP requests from :mod:`loadtest.payloads` and
 remote-write requests as the peers benchmark sends them, each logged as the
 request itself, or with ``--as-rows`` as its decoded rows (Arrow IPC). The WAL
 holds ``--mib`` of rows as the flush threshold counts them
-(:func:`shoal.server.records.rows_bytes`): what a server holds unflushed at
+(:func:`shoal.ingest.records.rows_bytes`): what a server holds unflushed at
 most while its flushes keep up. Then it times the server's own startup path,
 :meth:`ServerRuntime.open_storage` (open the tables and read their committed
 LSNs, open and recover the WAL, replay it into the snapshot), until the server
@@ -29,9 +29,9 @@ from loadtest import bench_peers as peers
 from loadtest import payloads
 from shoal import config as shoal_config
 from shoal.config import MiB
-from shoal.decoding import OTLP, REMOTE_WRITE, DecodeJob, decode
+from shoal.ingest import records
+from shoal.ingest.decoding import OTLP, REMOTE_WRITE, DecodeJob, decode
 from shoal.promwrite.decode import V1
-from shoal.server import records
 from shoal.server.runtime import ServerRuntime
 from shoal.wal import Wal
 
@@ -96,7 +96,7 @@ def time_startup(data_dir: Path) -> tuple[float, int, int]:
     started = time.perf_counter()
     runtime.open_storage()
     seconds = time.perf_counter() - started
-    rows, nbytes = runtime.snapshot.rows, runtime.snapshot.bytes
+    rows, nbytes = runtime.unflushed.rows, runtime.unflushed.bytes
     runtime.wal.shutdown()
     runtime.executor.shutdown()
     return seconds, rows, nbytes

@@ -30,7 +30,7 @@ import psutil
 from loadtest import payloads
 from loadtest.ingest import BASE_NS, ServerProcess
 from loadtest.stats import percentile
-from shoal.api.auth import TokenStore
+from shoal.auth import TokenStore
 
 HEAVY = [
     "SELECT count(*) FROM range(100000000000) WHERE value % 7 = 3",

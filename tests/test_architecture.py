@@ -38,17 +38,17 @@ def test_core_layers_import_no_web_or_metrics_framework(layer: str) -> None:
 @pytest.mark.parametrize(
     ("layer", "forbidden"),
     [
-        ("wal", {"shoal.otlp", "shoal.storage", "shoal.query", "shoal.api", "shoal.server"}),
-        ("otlp", {"shoal.wal", "shoal.storage", "shoal.query", "shoal.api", "shoal.server"}),
-        ("storage", {"shoal.wal", "shoal.otlp", "shoal.query", "shoal.api", "shoal.server"}),
+        ("wal", {"shoal.otlp", "shoal.storage", "shoal.sql", "shoal.api", "shoal.server"}),
+        ("otlp", {"shoal.wal", "shoal.storage", "shoal.sql", "shoal.api", "shoal.server"}),
+        ("storage", {"shoal.wal", "shoal.otlp", "shoal.sql", "shoal.api", "shoal.server"}),
         ("query", {"shoal.otlp", "shoal.api", "shoal.server", "shoal.pipeline"}),
         ("promql", {"shoal.api", "shoal.server", "shoal.pipeline"}),
         ("api", {"shoal.server", "shoal.pipeline"}),
-        ("pipeline", {"shoal.otlp", "shoal.query", "shoal.api", "shoal.server"}),
+        ("pipeline", {"shoal.otlp", "shoal.sql", "shoal.api", "shoal.server"}),
         ("pgwire", {"shoal.api", "shoal.server", "shoal.pipeline"}),
         (
             "promwrite",
-            {"shoal.wal", "shoal.storage", "shoal.query", "shoal.api", "shoal.server"},
+            {"shoal.wal", "shoal.storage", "shoal.sql", "shoal.api", "shoal.server"},
         ),
     ],
 )

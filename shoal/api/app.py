@@ -18,12 +18,13 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from shoal.api import otlp_http, prometheus, remote_write, sql, tokens
-from shoal.api.auth import Authenticator
 from shoal.api.direct import DirectRoutes, post_endpoints
-from shoal.api.ingest_handler import IngestHandler
 from shoal.api.status import classify
+from shoal.auth import Authenticator
 from shoal.errors import QueryError, ShoalError, TableNotFoundError
-from shoal.query.service import QueryService
+from shoal.ingest.handler import IngestHandler
+from shoal.promql.service import PromQLService
+from shoal.sql.service import QueryService
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class AppServices:
     max_body_bytes: int
     retry_after_s: float
     query_service: QueryService | None = None
+    promql: PromQLService | None = None
+    """PromQL over the same tables; by default over ``query_service``'s reader."""
 
 
 def _error_status(exc: ShoalError, retry_after_s: float) -> int:
@@ -61,6 +64,10 @@ def create_app(services: AppServices) -> FastAPI:
     app.state.max_body_bytes = services.max_body_bytes
     app.state.retry_after_s = services.retry_after_s
     app.state.query_service = services.query_service
+    app.state.promql = services.promql
+    if services.promql is None and services.query_service is not None:
+        service = services.query_service
+        app.state.promql = PromQLService(service.reader, service)
     app.include_router(otlp_http.router)
     app.include_router(prometheus.router)
     app.include_router(remote_write.router)

@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable
 import grpc
 from grpc import aio
 
-from shoal.api.auth import Authenticator, grpc_principal
-from shoal.api.ingest_handler import IngestHandler, Stopwatch, export_response
 from shoal.api.status import classify, grpc_trailing_metadata
-from shoal.decoding import DecodeJob
+from shoal.auth import Authenticator, grpc_principal
+from shoal.ingest.decoding import DecodeJob
+from shoal.ingest.handler import IngestHandler, Stopwatch, export_response
 
 logger = logging.getLogger(__name__)
 

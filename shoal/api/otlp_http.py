@@ -15,11 +15,11 @@ import zlib
 from fastapi import APIRouter, Request, Response
 from google.protobuf import json_format
 
-from shoal.api.auth import Authenticator
-from shoal.api.ingest_handler import IngestHandler, Stopwatch, export_response
 from shoal.api.status import classify, http_error_body
-from shoal.decoding import OTLP, OTLP_JSON, DecodeJob
+from shoal.auth import Authenticator
 from shoal.errors import DecodeError, PayloadTooLargeError, UnsupportedMediaTypeError
+from shoal.ingest.decoding import OTLP, OTLP_JSON, DecodeJob
+from shoal.ingest.handler import IngestHandler, Stopwatch, export_response
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -20,12 +20,14 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from shoal import __version__
-from shoal.api.auth import Principal
 from shoal.errors import AuthError, PermissionDeniedError, PromQLError, QueryError, QueryLimitError
-from shoal.promql import engine, meta, output, tree
-from shoal.promql.params import MAX_TIME_MS, MIN_TIME_MS, parse_duration, parse_time
-from shoal.promql.source import QuerySource
-from shoal.query.service import QueryService
+from shoal.promql.service import (
+    MAX_TIME_MS,
+    MIN_TIME_MS,
+    PromQLService,
+    parse_duration,
+    parse_time,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +39,7 @@ PROMETHEUS_VERSION = "2.42.0"
 _STATUS = {"bad_data": 400, "execution": 422, "timeout": 503, "unavailable": 503, "internal": 500}
 
 Params = dict[str, list[str]]
+T = TypeVar("T")
 
 
 def _error(error_type: str, message: str, status: int | None = None) -> JSONResponse:
@@ -97,26 +100,24 @@ def _range(params: Params) -> tuple[int, int]:
     return max(start_ms, 0), min(end_ms, int(time.time() * 1000) + 86_400_000 * 365)
 
 
-Handler = Callable[[Principal, QuerySource, Params], Awaitable[Any]]
+Handler = Callable[[PromQLService, str, Params], Awaitable[Any]]
+"""A call's body: the service, the tenant and the call's parameters."""
 
 
 async def _serve(request: Request, handler: Handler) -> Response:
-    service: QueryService = request.app.state.query_service
+    promql: PromQLService = request.app.state.promql
     try:
         principal = request.app.state.authenticator.check(
             request.headers.get("authorization"), "query"
         )
         params = await _params(request)
-        promote = getattr(request.app.state, "promql_promote", ())
-        source = QuerySource(service, principal.tenant, promote)
         data = await asyncio.wait_for(
-            handler(principal, source, params), timeout=service.limits.timeout_s
+            handler(promql, principal.tenant, params), timeout=promql.timeout_s
         )
     except TimeoutError:
         return _error(
             "timeout",
-            f"query timed out in expression evaluation (query_timeout_s = "
-            f"{service.limits.timeout_s:g} s)",
+            f"query timed out in expression evaluation (query_timeout_s = {promql.timeout_s:g} s)",
         )
     except (QueryError, AuthError, PermissionDeniedError) as exc:
         return _translate(exc)
@@ -128,50 +129,33 @@ def _timeout(params: Params) -> float | None:
     return parse_duration(text, "timeout") / 1000 if text else None
 
 
-async def _query(principal: Principal, source: QuerySource, params: Params) -> Any:
+def _required(params: Params, name: str) -> str:
+    text = _one(params, name)
+    if text is None:
+        raise PromQLError(f'invalid parameter "{name}": cannot parse "" to a valid {_KINDS[name]}')
+    return text
+
+
+_KINDS = {"start": "timestamp", "end": "timestamp", "step": "duration"}
+
+
+async def _query(promql: PromQLService, tenant: str, params: Params) -> Any:
     text = _one(params, "query")
     if text is None:
         raise PromQLError('invalid parameter "query": query must not be empty')
     when = _one(params, "time")
     t_ms = parse_time(when, "time") if when else int(time.time() * 1000)
-    limit = _timeout(params)
-    run = engine.evaluate(source, text, t_ms, t_ms, 1, instant=True)
-    result = await (asyncio.wait_for(run, limit) if limit else run)
-    return output.query_data(result)
+    return await promql.instant(tenant, text, t_ms, _timeout(params))
 
 
-async def _query_range(principal: Principal, source: QuerySource, params: Params) -> Any:
+async def _query_range(promql: PromQLService, tenant: str, params: Params) -> Any:
     text = _one(params, "query")
     if text is None:
         raise PromQLError('invalid parameter "query": query must not be empty')
-    start = _one(params, "start")
-    end = _one(params, "end")
-    step = _one(params, "step")
-    if start is None:
-        raise PromQLError('invalid parameter "start": cannot parse "" to a valid timestamp')
-    if end is None:
-        raise PromQLError('invalid parameter "end": cannot parse "" to a valid timestamp')
-    if step is None:
-        raise PromQLError('invalid parameter "step": cannot parse "" to a valid duration')
-    start_ms = parse_time(start, "start")
-    end_ms = parse_time(end, "end")
-    step_ms = parse_duration(step, "step")
-    if end_ms < start_ms:
-        raise PromQLError('invalid parameter "end": end timestamp must not be before start time')
-    if step_ms <= 0:
-        raise PromQLError(
-            'invalid parameter "step": zero or negative query resolution step widths are not '
-            "accepted. Try a positive integer"
-        )
-    if (end_ms - start_ms) // step_ms > engine.MAX_STEPS:
-        raise PromQLError(
-            "exceeded maximum resolution of 11,000 points per timeseries. Try decreasing the "
-            "query resolution (?step=XX)"
-        )
-    limit = _timeout(params)
-    run = engine.evaluate(source, text, start_ms, end_ms, step_ms, instant=False)
-    result = await (asyncio.wait_for(run, limit) if limit else run)
-    return output.query_data(result)
+    start_ms = parse_time(_required(params, "start"), "start")
+    end_ms = parse_time(_required(params, "end"), "end")
+    step_ms = parse_duration(_required(params, "step"), "step")
+    return await promql.range(tenant, text, start_ms, end_ms, step_ms, _timeout(params))
 
 
 def _limit(params: Params) -> int | None:
@@ -185,53 +169,47 @@ def _limit(params: Params) -> int | None:
     return value if value > 0 else None
 
 
-async def _series(principal: Principal, source: QuerySource, params: Params) -> Any:
-    texts = params.get("match[]", [])
-    if not texts:
-        raise PromQLError("no match[] parameter provided")
-    start_ms, end_ms = _range(params)
-    found = await meta.series(source, meta.selectors(texts, start_ms, end_ms), start_ms, end_ms)
+def _limited(found: list[T], params: Params) -> list[T]:
     limit = _limit(params)
     return found[:limit] if limit else found
 
 
-async def _labels(principal: Principal, source: QuerySource, params: Params) -> Any:
+async def _series(promql: PromQLService, tenant: str, params: Params) -> Any:
     start_ms, end_ms = _range(params)
-    matches = meta.selectors(params.get("match[]", []), start_ms, end_ms)
-    names = await meta.label_names(source, matches, start_ms, end_ms)
-    limit = _limit(params)
-    return names[:limit] if limit else names
+    found = await promql.series(tenant, params.get("match[]", []), start_ms, end_ms)
+    return _limited(found, params)
+
+
+async def _labels(promql: PromQLService, tenant: str, params: Params) -> Any:
+    start_ms, end_ms = _range(params)
+    names = await promql.label_names(tenant, params.get("match[]", []), start_ms, end_ms)
+    return _limited(names, params)
 
 
 def _label_values(name: str) -> Handler:
-    async def handler(principal: Principal, source: QuerySource, params: Params) -> Any:
-        if not name or not (name[0].isalpha() or name[0] == "_"):
-            raise PromQLError(f'invalid label name: "{name}"')
+    async def handler(promql: PromQLService, tenant: str, params: Params) -> Any:
         start_ms, end_ms = _range(params)
-        matches = meta.selectors(params.get("match[]", []), start_ms, end_ms)
-        values = await meta.label_values(source, name, matches, start_ms, end_ms)
-        limit = _limit(params)
-        return values[:limit] if limit else values
+        matches = params.get("match[]", [])
+        return _limited(await promql.label_values(tenant, name, matches, start_ms, end_ms), params)
 
     return handler
 
 
-async def _metadata(principal: Principal, source: QuerySource, params: Params) -> Any:
+async def _metadata(promql: PromQLService, tenant: str, params: Params) -> Any:
     start_ms, end_ms = _range(params)
-    found = await meta.metadata(source, _one(params, "metric"), start_ms, end_ms)
+    found = await promql.metadata(tenant, _one(params, "metric"), start_ms, end_ms)
     limit = _limit(params)
     if limit:
         found = dict(list(found.items())[:limit])
     return found
 
 
-async def _exemplars(principal: Principal, source: QuerySource, params: Params) -> Any:
+async def _exemplars(promql: PromQLService, tenant: str, params: Params) -> Any:
     text = _one(params, "query")
     if not text:
         raise PromQLError('invalid parameter "query": query must not be empty')
     start_ms, end_ms = _range(params)
-    root = tree.parse(text, start_ms, end_ms)
-    return await meta.exemplars(source, engine.selectors(root, start_ms, end_ms), start_ms, end_ms)
+    return await promql.exemplars(tenant, text, start_ms, end_ms)
 
 
 for path, handler, methods in (

@@ -16,11 +16,11 @@ import logging
 
 from fastapi import APIRouter, Request, Response
 
-from shoal.api.auth import Authenticator
-from shoal.api.ingest_handler import IngestHandler, Stopwatch
 from shoal.api.status import classify
-from shoal.decoding import REMOTE_WRITE, DecodeJob
+from shoal.auth import Authenticator
 from shoal.errors import PayloadTooLargeError, UnsupportedMediaTypeError
+from shoal.ingest.decoding import REMOTE_WRITE, DecodeJob
+from shoal.ingest.handler import IngestHandler, Stopwatch
 from shoal.promwrite import decode as promwrite
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ query over a limit (``limit`` names it), 429 when every query slot stayed
 busy for the whole time limit, 503 when the process's memory budget has no room for
 one more query (``memory_limit_bytes``). Errors found before the first byte (planning,
 early execution) get their status; an error later in a streamed answer is
-written in-band (see :mod:`shoal.query.encoders`).
+written in-band (see :mod:`shoal.sql.encoders`).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ import pyarrow as pa
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from shoal.api.auth import Principal, require_role
+from shoal.auth import Principal, require_role
 from shoal.errors import QueryError, QueryLimitError
-from shoal.query.encoders import ENCODERS, FORMATS, StreamStatus
-from shoal.query.service import Prepared, QueryResult, QueryService
-from shoal.query.tables import AsOf
+from shoal.sql.encoders import ENCODERS, FORMATS, StreamStatus
+from shoal.sql.service import Prepared, QueryResult, QueryService
+from shoal.storage.view import AsOf
 from shoal.text import parse_utc
 
 logger = logging.getLogger(__name__)

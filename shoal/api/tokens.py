@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
-from shoal.api.auth import (
+from shoal.auth import (
     Authenticator,
     Principal,
     TokenRecord,

@@ -21,7 +21,7 @@ starting RSS after the flush; with malloc, the flusher's ``release_unused`` trim
 Ingest throughput measured the same within noise (docs/benchmarks.md). pyarrow reads
 the choice when it loads, so it is made before anything imports pyarrow; an operator's
 own ``ARROW_DEFAULT_MEMORY_POOL`` wins. DataFusion has its own allocator (see
-:mod:`shoal.query.allocator`).
+:mod:`shoal.sql.allocator`).
 """
 
 MMAP_THRESHOLD = 4 * 1024 * 1024

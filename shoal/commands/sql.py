@@ -21,7 +21,7 @@ import pyarrow as pa
 from shoal.commands import load_config, open_store
 from shoal.config import Config
 from shoal.errors import QueryError
-from shoal.query.encoders import column_values
+from shoal.sql.encoders import column_values
 
 
 def _query_text(args: argparse.Namespace) -> str:
@@ -122,13 +122,14 @@ def _remote(config: Config, args: argparse.Namespace, sql: str) -> int:
 
 
 def _local(config: Config, args: argparse.Namespace, sql: str) -> int:
-    from shoal.query.service import QueryService, limits_from_config
+    from shoal.sql.service import QueryService, limits_from_config
+    from shoal.storage.reader import TenantReader
 
     out = _binary_stdout() if args.format == "arrow" else None
     if args.format == "arrow" and out is None:
         return 2
     store = open_store(config)
-    service = QueryService(store, None, limits_from_config(config))
+    service = QueryService(TenantReader(store, None), limits_from_config(config))
     try:
         table, result = _run_local(service, args.tenant, sql)
     finally:
@@ -155,7 +156,7 @@ def _run_local(service: Any, tenant: str, sql: str) -> tuple[pa.Table, str | Non
 
 
 def _write_format(table: pa.Table, fmt: str, out: TextIO) -> None:
-    from shoal.query.encoders import ENCODERS, StreamStatus
+    from shoal.sql.encoders import ENCODERS, StreamStatus
 
     async def batches() -> Any:
         for b in table.to_batches():

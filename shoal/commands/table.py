@@ -26,7 +26,7 @@ def _num(value: int | None) -> str:
 def unflushed_records(wal_dir: Path, tenant: str, table: str, max_record_bytes: int) -> int:
     """WAL records of ``tenant/table``, read without changing anything (a live server's
     WAL included: its unwritten tail simply ends the scan)."""
-    from shoal.server.records import decode_header
+    from shoal.ingest.records import decode_header
     from shoal.wal.codec import SEGMENT_HEADER_SIZE, FrameScanner
     from shoal.wal.recovery import inspect_directory
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from shoal.api.auth import TokenStore, first_token_note, parse_roles
+from shoal.auth import TokenStore, first_token_note, parse_roles
 from shoal.commands import load_config
 
 

@@ -3,7 +3,7 @@
 Each distinct ``KeyValue`` slice of a request is decoded once with upb and
 rendered by :mod:`shoal.otlp.anyvalue`; the rows are then assembled with Arrow
 ``take`` and list offsets. Decoded entries are also kept in a process-wide cache
-bounded in bytes (:mod:`shoal.otlp.cache`), keyed by the slice bytes, since attribute
+bounded in bytes (:mod:`shoal.rows.cache`), keyed by the slice bytes, since attribute
 sets repeat from request to request.
 """
 
@@ -20,8 +20,8 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from shoal.errors import DecodeError
 from shoal.otlp import anyvalue
-from shoal.otlp.cache import DecodeCache
-from shoal.otlp.columns import I64, U64, empty_maps, hash_text, list_offsets, sum_per_list
+from shoal.rows.cache import DecodeCache
+from shoal.rows.columns import I64, U64, empty_maps, hash_text, list_offsets, sum_per_list
 from shoal.schema import ATTRS
 
 _Entry = tuple[str, str, str | None, int]

@@ -15,8 +15,8 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from shoal.errors import DecodeError
 from shoal.otlp import attributes
-from shoal.otlp.cache import DecodeCache
-from shoal.otlp.columns import I64, U64, Broadcast, list_offsets, owned
+from shoal.rows.cache import DecodeCache
+from shoal.rows.columns import I64, U64, Broadcast, list_offsets, owned
 from shoal.schema import ATTRS
 
 T = TypeVar("T")
@@ -46,7 +46,7 @@ class DecodeResult:
     reason, with a count), for OTLP ``partial_success``. ``all_null`` says, per
     column, whether every row of it is null, when the decoder knew it from the arrays
     it built the table of (None: not known); the WAL's accounting then need not ask
-    each column of the table again (``shoal.server.records.rows_bytes``).
+    each column of the table again (``shoal.ingest.records.rows_bytes``).
     """
 
     table: pa.Table
@@ -92,7 +92,7 @@ class Scopes:
 
 def text_or_null(strings: pa.Array) -> pa.Array:
     """OTLP proto3 strings have no presence: the empty string becomes null. Never a view
-    of ``strings`` (see :func:`~shoal.otlp.columns.owned`)."""
+    of ``strings`` (see :func:`~shoal.rows.columns.owned`)."""
     if strings.type == pa.string() and strings.null_count == 0:
         n = len(strings)
         buffer = strings.buffers()[1]

@@ -15,7 +15,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import Exemplar
 
 from shoal.errors import DecodeError
 from shoal.otlp import anyvalue
-from shoal.otlp.columns import INT64_MAX, empty_lists, list_offsets
+from shoal.rows.columns import INT64_MAX, empty_lists, list_offsets
 from shoal.schema import EXEMPLAR
 
 EXEMPLARS = pa.list_(EXEMPLAR)

@@ -35,7 +35,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from shoal.errors import DecodeError
 from shoal.otlp import anyvalue
-from shoal.otlp.cache import DecodeCache
+from shoal.rows.cache import DecodeCache
 
 __all__ = ["NotFast", "to_protobuf"]
 

@@ -10,7 +10,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyVa
 
 from shoal.errors import DecodeError
 from shoal.otlp import anyvalue, attributes
-from shoal.otlp.columns import (
+from shoal.otlp.common import DecodeResult, Rejections, scopes, text_or_null
+from shoal.rows.columns import (
     BOOL,
     flatten,
     hex_ids,
@@ -20,7 +21,6 @@ from shoal.otlp.columns import (
     u32_as_int64,
     u64,
 )
-from shoal.otlp.common import DecodeResult, Rejections, scopes, text_or_null
 from shoal.schema import LOGS_SCHEMA
 
 

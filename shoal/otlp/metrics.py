@@ -17,8 +17,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.otlp import attributes, exemplars
-from shoal.otlp.cache import DecodeCache
-from shoal.otlp.columns import (
+from shoal.otlp.common import (
+    DecodeResult,
+    Rejections,
+    scopes,
+    text_or_null,
+)
+from shoal.rows.cache import DecodeCache
+from shoal.rows.columns import (
     BOOL,
     I64,
     U64,
@@ -33,12 +39,6 @@ from shoal.otlp.columns import (
     timestamps,
     u32_as_int64,
     u64,
-)
-from shoal.otlp.common import (
-    DecodeResult,
-    Rejections,
-    scopes,
-    text_or_null,
 )
 from shoal.schema import METRICS_SCHEMA
 

@@ -5,7 +5,7 @@ export; only the points' times, values and flags change. The scanner in C
 (``shoal/otlp/_scan.c``) reads a request of gauges and sums without the interpreter
 lock and gives, per point, a key (the bytes its row's other columns are made of) and
 its time, start time, value and flags. A key seen before has its columns in the cache
-(:class:`~shoal.otlp.known.KnownSeries`); a request with a key not seen before is
+(:class:`~shoal.rows.known.KnownSeries`); a request with a key not seen before is
 decoded in full by :mod:`shoal.otlp.metrics`, and its rows fill the cache.
 
 Requests the scanner does not cover (histograms, summaries, exemplars, rows the decoder
@@ -22,9 +22,9 @@ import numpy as np
 import pyarrow as pa
 
 from shoal.otlp import metrics, wire
-from shoal.otlp.columns import empty_lists, nulls, timestamps
 from shoal.otlp.common import DecodeResult, all_null
-from shoal.otlp.known import KnownSeries, gather
+from shoal.rows.columns import empty_lists, nulls, timestamps
+from shoal.rows.known import KnownSeries, gather
 from shoal.schema import METRICS_SCHEMA
 
 _PER_POINT = (

@@ -7,7 +7,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.otlp import attributes
-from shoal.otlp.columns import (
+from shoal.otlp.common import DecodeResult, Rejections, scopes, text_or_null
+from shoal.rows.columns import (
     BOOL,
     I64,
     as_int64,
@@ -20,7 +21,6 @@ from shoal.otlp.columns import (
     u32_as_int64,
     u64,
 )
-from shoal.otlp.common import DecodeResult, Rejections, scopes, text_or_null
 from shoal.schema import SPAN_EVENT, SPAN_LINK, SPANS_SCHEMA
 
 

@@ -1,4 +1,4 @@
-"""The PostgreSQL wire protocol front door, over :mod:`shoal.query`'s tenant sessions.
+"""The PostgreSQL wire protocol front door, over :mod:`shoal.sql`'s tenant sessions.
 
 :mod:`~shoal.pgwire.codec` is the pure message codec; :mod:`~shoal.pgwire.server`
 the asyncio listener (TLS, authentication, cancel requests);

@@ -22,9 +22,9 @@ import ssl
 from typing import Any, Protocol
 
 from shoal.errors import AuthError
-from shoal.pgwire import codec, commands
+from shoal.pgwire import codec, statements
 from shoal.pgwire.session import Session
-from shoal.query.service import QueryService
+from shoal.sql.service import QueryService
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class Principal(Protocol):
 
 
 class Authenticator(Protocol):
-    """What the listener needs of :class:`shoal.api.auth.Authenticator`."""
+    """What the listener needs of :class:`shoal.auth.Authenticator`."""
 
     def check(self, authorization: str | None, role: str) -> Principal: ...
 
@@ -194,7 +194,7 @@ class Connection:
 
     async def _serve(self, tenant: str, user: str, application_name: str) -> None:
         pid, secret = self.server.new_key()
-        settings = commands.initial_settings(user, application_name)
+        settings = statements.initial_settings(user, application_name)
         transport = self.writer.transport
         session = Session(
             self.server.service,
@@ -210,7 +210,7 @@ class Connection:
         self.session = session
         self.server.sessions[pid] = (secret, session)
         out = [codec.authentication_ok()]
-        for name in commands.STARTUP_REPORTED:
+        for name in statements.STARTUP_REPORTED:
             out.append(codec.parameter_status(name, settings[name.lower()]))
         out.append(codec.backend_key_data(pid, secret))
         out.append(session.ready())

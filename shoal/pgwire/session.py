@@ -1,15 +1,15 @@
 """One authenticated PostgreSQL session: the simple and extended query protocols.
 
 The session translates messages into calls of
-:class:`shoal.query.service.QueryService` (prepare, execute, stream batches)
+:class:`shoal.sql.service.QueryService` (prepare, execute, stream batches)
 and the answers into backend messages. Session statements (``SET``,
-``SHOW``, ``BEGIN``, ...) are answered by :mod:`shoal.pgwire.commands`.
+``SHOW``, ``BEGIN``, ...) are answered by :mod:`shoal.pgwire.statements`.
 Tenancy, the sandbox and the limits are the query service's; nothing here
 decides what a tenant may read.
 
 A query runs in a task of its own, so that a ``CancelRequest`` (which
 arrives on another connection) cancels exactly that task: the task closes its
-:class:`~shoal.query.service.QueryResult`, which drops DataFusion's stream and
+:class:`~shoal.sql.service.QueryResult`, which drops DataFusion's stream and
 with it the query's work, and the client gets SQLSTATE 57014.
 """
 
@@ -27,17 +27,17 @@ import pyarrow as pa
 
 from shoal.errors import QueryError, ShoalError
 from shoal.pgwire import (
-    catalog,
-    catalog_tables,
     codec,
-    commands,
     cursors,
     params,
+    pg_catalog,
+    pg_catalog_tables,
     results,
     rows,
+    statements,
 )
 from shoal.pgwire.sqltext import SqlTextError, split_statements, substitute
-from shoal.query.service import QueryResult, QueryService
+from shoal.sql.service import QueryResult, QueryService
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Portal:
     statement: Statement
     sql: str
     formats: list[int]
-    local: commands.LocalResult | None = None
+    local: statements.LocalResult | None = None
     cursor_op: cursors.CursorStatement | None = None
     result: QueryResult | None = None
     schema: pa.Schema | None = None
@@ -175,7 +175,7 @@ class Session:
             code, message = "57014", "canceling statement due to user request"
         elif isinstance(exc, codec.ProtocolError):
             code, message = exc.code, str(exc)
-        elif isinstance(exc, commands.CommandError):
+        elif isinstance(exc, statements.CommandError):
             code, message = exc.code, str(exc)
         elif isinstance(exc, params.ParameterError):
             code, message = "22P02", str(exc)
@@ -190,8 +190,8 @@ class Session:
 
     # -- running one statement ------------------------------------------------------
 
-    def _local(self, sql: str) -> commands.LocalResult | None:
-        local = commands.local_command(sql, self.settings, self.defaults)
+    def _local(self, sql: str) -> statements.LocalResult | None:
+        local = statements.local_command(sql, self.settings, self.defaults)
         if local is not None and local.transaction == "begin":
             self.in_transaction = True
         elif local is not None and local.transaction == "end":
@@ -223,7 +223,7 @@ class Session:
             result = await self._start(f"SELECT * FROM {quoted} LIMIT 0")
             result.close()
             schemas[name] = result.schema
-        tables = catalog_tables.build_tables(schemas, self.settings)
+        tables = pg_catalog_tables.build_tables(schemas, self.settings)
         self._catalog = (now, tables)
         return tables
 
@@ -231,17 +231,17 @@ class Session:
         self, sql: str
     ) -> tuple[pa.Schema, AsyncIterator[pa.RecordBatch], QueryResult | None]:
         """Start ``sql``: a catalog query here, anything else in the tenant's session."""
-        text = commands.rewrite_functions(sql, self.settings, self.user, self.pid)
-        if catalog.uses_catalog(text):
+        text = statements.rewrite_functions(sql, self.settings, self.user, self.pid)
+        if pg_catalog.uses_catalog(text):
             tables = await self._catalog_tables()
             timeout = self.service.limits.timeout_s
             loop = asyncio.get_running_loop()
-            future = loop.run_in_executor(None, catalog.run, text, tables)
+            future = loop.run_in_executor(None, pg_catalog.run, text, tables)
             try:
                 table = await asyncio.wait_for(future, timeout)
             except TimeoutError:
                 raise SessionError("57014", f"catalog query exceeded {timeout:g}s") from None
-            except commands.CommandError as exc:
+            except statements.CommandError as exc:
                 raise SessionError(exc.code, str(exc)) from None
             return table.schema, results.table_batches(table), None
         result = await self._start(text)
@@ -253,7 +253,7 @@ class Session:
             result.close()
         return schema
 
-    def _complete_local(self, local: commands.LocalResult) -> None:
+    def _complete_local(self, local: statements.LocalResult) -> None:
         for name, value in local.changed.items():
             self._send(codec.parameter_status(name, value))
 
@@ -516,15 +516,15 @@ class Session:
         except cursors.CursorError as exc:
             raise SessionError("0A000", str(exc)) from None
 
-    def _peek_local(self, sql: str) -> commands.LocalResult | None:
+    def _peek_local(self, sql: str) -> statements.LocalResult | None:
         """A session statement is run at Execute; Bind only needs to know it is one."""
         if _COPY_TO_STDOUT.match(sql):
             raise SessionError("0A000", "COPY is supported in the simple query protocol only")
         probe = dict(self.settings)
         try:
-            return commands.local_command(sql, probe, self.defaults)
-        except commands.CommandError:
-            return commands.LocalResult("SET")
+            return statements.local_command(sql, probe, self.defaults)
+        except statements.CommandError:
+            return statements.LocalResult("SET")
 
     async def _describe(self, message: codec.Describe) -> None:
         if message.kind == "S":

@@ -1,11 +1,13 @@
-"""Where PromQL's samples come from: SQL over the tenant's ``metrics`` table.
+"""Where PromQL's samples come from: the tenant's ``metrics`` table, through the read view.
 
-:class:`QuerySource` reads through :class:`shoal.query.service.QueryService`, so
-tenancy, the sandbox and the limits apply, with the time range and the OTLP metric
-names pushed down so file pruning works. Which series exist, with which labels (the
+:class:`QuerySource` reads a few metrics' rows over a time range straight from the
+tenant's view (:meth:`shoal.storage.reader.TenantReader.metric_rows`: no SQL, the rows
+decoded from each file kept between reads); which series exist, with which labels (the
 metric catalog, the label sets, the resources), comes from the tenant's series index
-(:meth:`QueryService.series`) instead of the data. :class:`SampleSource` is the
-protocol the engine uses; a test can stand in for it.
+(:meth:`~shoal.storage.reader.TenantReader.series`) instead of the data. The rarer
+reads (exemplars, the targets' times) are SQL through
+:class:`shoal.sql.service.QueryService`, so tenancy, the sandbox and the limits apply.
+:class:`SampleSource` is the protocol the engine uses; a test can stand in for it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from shoal.errors import PromQLError
 from shoal.promql.fetch import MetricInfo, SeriesRows, target_keys, to_series
 from shoal.promql.model import Series
 from shoal.promwrite import SCOPE
-from shoal.query.service import QueryService
+from shoal.sql.service import QueryService
+from shoal.storage.reader import TenantReader
 
 SAMPLE_KEYS = ("metric_name", "series_id", "time_unix_nano", "start_time_unix_nano", "flags")
 COLUMNS_BY_TYPE = {
@@ -206,9 +209,16 @@ def _over_cap(cap: int, verb: str = "reads", what: str = "samples or series") ->
 
 
 class QuerySource:
-    """Samples of one tenant, read through the query service."""
+    """Samples of one tenant: the read view for rows and series, SQL for the rest."""
 
-    def __init__(self, service: QueryService, tenant: str, promote: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        reader: TenantReader,
+        service: QueryService,
+        tenant: str,
+        promote: tuple[str, ...] = (),
+    ) -> None:
+        self.reader = reader
         self.service = service
         self.tenant = tenant
         self.promote = promote
@@ -243,7 +253,7 @@ class QuerySource:
         known = self._found.get((start_ms, end_ms))
         if known is not None:
             return known
-        found = self.service.series_sync(
+        found = self.reader.series(
             self.tenant, "metrics", start_ms * 1_000_000, (end_ms + 1) * 1_000_000 - 1
         )
         if found.num_rows > self.service.limits.max_samples:
@@ -278,12 +288,13 @@ class QuerySource:
         self.service.gate.check()
         a = min(max(start_ms, _FIRST_MS), _LAST_MS)
         b = min(max(end_ms, _FIRST_MS), _LAST_MS)
-        table = self.service.metric_rows_sync(
+        table = self.reader.metric_rows(
             self.tenant,
             sorted(set(otlp_names)),
             sample_columns(types),
             a * 1_000_000,
             (b + 1) * 1_000_000,
+            self.service.limits.max_samples,
         )
         if table.num_rows > self.service.limits.max_samples:
             raise _over_cap(self.service.limits.max_samples)

@@ -27,12 +27,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.errors import DecodeError, UnsupportedMediaTypeError
-from shoal.otlp.columns import empty_lists, empty_maps, hash_text, nulls
 from shoal.otlp.common import DecodeResult, all_null
-from shoal.otlp.known import KnownSeries, gather
 from shoal.otlp.metrics import series_ids
 from shoal.otlp.wire import ProtoArrow
 from shoal.promwrite import SCOPE, proto
+from shoal.rows.columns import empty_lists, empty_maps, hash_text, nulls
+from shoal.rows.known import KnownSeries, gather
 from shoal.schema import METRICS_SCHEMA, UTC_US
 
 V1 = "prometheus.WriteRequest"

@@ -34,8 +34,8 @@ from typing import Protocol
 import pyarrow as pa
 
 from shoal.schema import SIGNAL_TABLES
-from shoal.storage.snapshot import Snapshot
 from shoal.storage.types import CommitResult
+from shoal.storage.unflushed import UnflushedRows
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class FlushMetrics(Protocol):
 class Flusher:
     def __init__(
         self,
-        snapshot: Snapshot,
+        unflushed: UnflushedRows,
         store: FlushStore,
         wal: Truncatable,
         max_bytes: int,
@@ -83,7 +83,7 @@ class Flusher:
         clock: Callable[[], float] = time.monotonic,
         helpers: concurrent.futures.Executor | None = None,
     ) -> None:
-        self._snapshot = snapshot
+        self._unflushed = unflushed
         self._store = store
         self._wal = wal
         self._max_bytes = max_bytes
@@ -114,11 +114,11 @@ class Flusher:
         self._wake.set()
 
     def _due(self) -> bool:
-        if self._snapshot.rows == 0:
+        if self._unflushed.rows == 0:
             return False
         return (
-            self._snapshot.bytes >= self._max_bytes
-            or self._snapshot.oldest_age_s() >= self._max_age_s
+            self._unflushed.bytes >= self._max_bytes
+            or self._unflushed.oldest_age_s() >= self._max_age_s
         )
 
     def _run(self) -> None:
@@ -146,7 +146,7 @@ class Flusher:
         ``max_bytes``: take only the rows up to the first LSN at which they reach it (the
         thread's rounds take a round's worth, ``flush_max_bytes``); else every row."""
         with self._round_lock:
-            lsn, parts = self._snapshot.take(max_bytes)
+            lsn, parts = self._unflushed.take(max_bytes)
             if not parts:
                 return True
             helpers = self._helpers if self._behind else None
@@ -170,7 +170,7 @@ class Flusher:
                         tenant, table, lsn,
                     )  # fmt: skip
                     continue
-                self._snapshot.drop_through(tenant, table, lsn)
+                self._unflushed.drop_through(tenant, table, lsn)
                 seconds = time.perf_counter() - started
                 self._metrics.flushed(
                     tenant, table, data.num_rows, sum(b.nbytes for b in batches), seconds,
@@ -181,7 +181,7 @@ class Flusher:
                     tenant, table, data.num_rows, lsn, seconds,
                 )  # fmt: skip
             self.rounds += 1
-            self._behind = self._snapshot.bytes >= self._max_bytes
+            self._behind = self._unflushed.bytes >= self._max_bytes
             if ok:
                 self._wal.truncate_before(lsn + 1)
             self._hand_back_pages()
@@ -196,7 +196,7 @@ class Flusher:
         zeroed them in again each time (50-60 thousand page faults a second at full
         remote-write speed, about 5% of the server's CPU, docs/benchmarks.md)."""
         now = self._clock()
-        if self._snapshot.rows == 0 or now - self._trimmed_at >= TRIM_EVERY_S:
+        if self._unflushed.rows == 0 or now - self._trimmed_at >= TRIM_EVERY_S:
             self._trim()
             self._trimmed_at = now
             self.trims += 1

@@ -9,7 +9,7 @@ The memory budget is what the settings allow the process to hold at once:
 
     baseline RSS (interpreter, Arrow, DataFusion, gRPC: measured idle)
   + query_memory_bytes x query_max_concurrency      (each query's pool)
-  + SNAPSHOT_LIMIT_FLUSHES x flush_max_bytes        (unflushed rows before ingest is held back)
+  + UNFLUSHED_LIMIT_FLUSHES x flush_max_bytes        (unflushed rows before ingest is held back)
   + queue_max_bytes                                 (decoded requests waiting for the WAL)
   + max_body_bytes x (INGEST_THREADS + 1)           (bodies being decoded)
   + promql_cache_bytes                              (metric rows kept for PromQL)
@@ -29,7 +29,7 @@ import socket
 
 from shoal.config import Config
 from shoal.errors import StartupError
-from shoal.query.admission import cgroup_memory_limit
+from shoal.sql.admission import cgroup_memory_limit
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ BASELINE_RSS_BYTES = 450 * MiB
 """Resident memory of an idle server with its tables open (measured 160-250 MiB,
 docs/benchmarks.md "Footprint"), with room for more tables and allocator slack."""
 
-SNAPSHOT_LIMIT_FLUSHES = 5
+UNFLUSHED_LIMIT_FLUSHES = 5
 """Ingest is held back, then refused (retryably), while the snapshot holds more than
 this many ``flush_max_bytes``: the flusher has fallen behind, and memory must stay
 bounded. A round writes one ``flush_max_bytes`` while the next arrives, so at full
@@ -62,7 +62,7 @@ class MemoryBudget:
 
     baseline: int
     queries: int
-    snapshot: int
+    unflushed: int
     queue: int
     bodies: int
     promql_cache: int = 0
@@ -73,7 +73,7 @@ class MemoryBudget:
         return (
             self.baseline
             + self.queries
-            + self.snapshot
+            + self.unflushed
             + self.queue
             + self.bodies
             + self.promql_cache
@@ -83,8 +83,8 @@ class MemoryBudget:
     def describe(self) -> str:
         return (
             f"{_mib(self.total)} = baseline {_mib(self.baseline)} + queries {_mib(self.queries)} "
-            f"(query_memory_bytes x query_max_concurrency) + snapshot {_mib(self.snapshot)} "
-            f"({SNAPSHOT_LIMIT_FLUSHES} x flush_max_bytes) + queue {_mib(self.queue)} "
+            f"(query_memory_bytes x query_max_concurrency) + unflushed rows {_mib(self.unflushed)} "
+            f"({UNFLUSHED_LIMIT_FLUSHES} x flush_max_bytes) + queue {_mib(self.queue)} "
             f"(queue_max_bytes) + bodies {_mib(self.bodies)} "
             f"(max_body_bytes x {INGEST_THREADS + 1}) + PromQL cache "
             f"{_mib(self.promql_cache)} (promql_cache_bytes) + decoding processes "
@@ -101,7 +101,7 @@ def memory_budget(config: Config) -> MemoryBudget:
     return MemoryBudget(
         baseline=BASELINE_RSS_BYTES,
         queries=int(config.query_memory_bytes) * int(config.query_max_concurrency),
-        snapshot=SNAPSHOT_LIMIT_FLUSHES * int(config.flush_max_bytes),
+        unflushed=UNFLUSHED_LIMIT_FLUSHES * int(config.flush_max_bytes),
         queue=int(config.queue_max_bytes),
         bodies=int(config.max_body_bytes) * (INGEST_THREADS + 1),
         promql_cache=int(config.promql_cache_bytes),

@@ -32,25 +32,28 @@ from grpc import aio
 from prometheus_client import CollectorRegistry
 
 from shoal.api.app import AppServices, create_app, front_door
-from shoal.api.auth import Authenticator, TokenStore
-from shoal.api.ingest_handler import IngestHandler
 from shoal.api.otlp_grpc import create_server
+from shoal.auth import Authenticator, TokenStore
 from shoal.config import Config
-from shoal.decoding import DecodeRunner, ThreadDecoder
 from shoal.errors import ConfigError, WalError
+from shoal.ingest import records
+from shoal.ingest.decoding import DecodeRunner, ThreadDecoder
+from shoal.ingest.handler import IngestHandler
+from shoal.ingest.ingestor import Ingestor
+from shoal.ingest.processes import ProcessDecoder
+from shoal.ingest.queue import IngestQueue
 from shoal.pgwire.server import PgServer
 from shoal.promql import mapping
-from shoal.query.service import QueryService
-from shoal.server import http, preflight, records
-from shoal.server.decoders import ProcessDecoder
+from shoal.promql.service import PromQLService
+from shoal.server import http, preflight
 from shoal.server.flusher import Flusher
-from shoal.server.ingestor import Ingestor
-from shoal.server.preflight import INGEST_THREADS, SNAPSHOT_LIMIT_FLUSHES
-from shoal.server.queue import IngestQueue
+from shoal.server.preflight import INGEST_THREADS, UNFLUSHED_LIMIT_FLUSHES
 from shoal.server.telemetry import ServerMetrics, StorageMetricsAdapter, WalMetricsAdapter
+from shoal.sql.service import QueryService
 from shoal.storage import layout
-from shoal.storage.snapshot import Snapshot
+from shoal.storage.reader import TenantReader
 from shoal.storage.store import TableStore
+from shoal.storage.unflushed import UnflushedRows
 from shoal.wal import Wal
 
 logger = logging.getLogger(__name__)
@@ -102,14 +105,14 @@ class ServerRuntime:
         self.config = config
         self.data_dir = config.data_path
         self.metrics = ServerMetrics(registry)
-        self.snapshot = Snapshot()
+        self.unflushed = UnflushedRows()
         self.queue = IngestQueue(
             config.queue_max_requests,
             config.queue_max_bytes,
             float(config.retry_after_s),
             on_overflow=lambda reason: self.metrics.queue_overflow_total.labels(reason).inc(),
-            backlog=lambda: self.snapshot.bytes,
-            max_backlog_bytes=SNAPSHOT_LIMIT_FLUSHES * config.flush_max_bytes,
+            backlog=lambda: self.unflushed.bytes,
+            max_backlog_bytes=UNFLUSHED_LIMIT_FLUSHES * config.flush_max_bytes,
             backlog_wait_s=float(config.backlog_wait_s),
             on_wait=self.metrics.waited,
         )
@@ -120,12 +123,12 @@ class ServerRuntime:
             TokenStore(self.data_dir),
             allow_anonymous=is_loopback(config.bind) or bool(config.insecure),
         )
-        self.ingestor = Ingestor(self.queue, self.snapshot, on_fatal=self._fatal)
+        self.ingestor = Ingestor(self.queue, self.unflushed, on_fatal=self._fatal)
         self.decoder: DecodeRunner = ThreadDecoder(self.executor)
         self.ingest = IngestHandler(self.ingestor, self.decoder, self.metrics)
         self.metrics.bind_queue(lambda: self.queue.depth, lambda: self.queue.bytes)
-        self.metrics.bind_snapshot(
-            lambda: self.snapshot.rows, lambda: self.snapshot.bytes, self.snapshot.oldest_age_s
+        self.metrics.bind_unflushed(
+            lambda: self.unflushed.rows, lambda: self.unflushed.bytes, self.unflushed.oldest_age_s
         )
         self.metrics.bind_wal(lambda: _wal_dir_stats(self.data_dir / "wal"))
         self.store: TableStore | None = None
@@ -275,15 +278,15 @@ class ServerRuntime:
                         "does not start without it (`shoal wal verify` lists the segments)"
                     ) from None
                 size = records.rows_bytes(tenant, table, data)
-                self.snapshot.add(tenant, table, record.lsn, data, size)
+                self.unflushed.add(tenant, table, record.lsn, data, size)
                 replayed += 1
             else:
-                self.snapshot.note_lsn(record.lsn)
+                self.unflushed.note_lsn(record.lsn)
                 skipped += 1
         logger.info(
             "replayed %d WAL record(s) (%d rows) into the snapshot, %d already committed, "
             "in %.2fs",
-            replayed, self.snapshot.rows, skipped, time.perf_counter() - started,
+            replayed, self.unflushed.rows, skipped, time.perf_counter() - started,
         )  # fmt: skip
         return store, wal
 
@@ -368,12 +371,15 @@ class ServerRuntime:
         )
         try:
             store, wal = await loop.run_in_executor(None, self.open_storage)
-            self.query_service = QueryService(store, self.snapshot, self.config)
-            slices = self.query_service.slices
+            reader = TenantReader(store, self.unflushed, int(self.config.promql_cache_bytes))
+            self.query_service = QueryService(reader, self.config)
+            slices = reader.slices
             self.metrics.bind_promql_cache(lambda: (slices.bytes, slices.hits, slices.misses))
             app.state.query_service = self.query_service
-            app.state.promql_promote = mapping.promoted(
-                self.config.promql_promote_resource_attributes
+            app.state.promql = PromQLService(
+                reader,
+                self.query_service,
+                mapping.promoted(self.config.promql_promote_resource_attributes),
             )
             await self._start_pg()
         except BaseException:
@@ -383,7 +389,7 @@ class ServerRuntime:
             await http_task
             raise
         self.flusher = Flusher(
-            self.snapshot,
+            self.unflushed,
             store,
             wal,
             self.config.flush_max_bytes,
@@ -431,7 +437,7 @@ class ServerRuntime:
             if not flushed:
                 logger.warning("final flush incomplete; the WAL keeps the rest for replay")
             # every acknowledged record is in a table: the WAL holds nothing to replay
-            committed = flushed and self.snapshot.rows == 0
+            committed = flushed and self.unflushed.rows == 0
         if self.wal is not None:
             try:
                 await loop.run_in_executor(

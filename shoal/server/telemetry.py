@@ -301,7 +301,7 @@ class ServerMetrics:
         self.queue_requests.set_function(lambda: float(depth()))
         self.queue_bytes.set_function(lambda: float(nbytes()))
 
-    def bind_snapshot(
+    def bind_unflushed(
         self, rows: Callable[[], int], nbytes: Callable[[], int], age: Callable[[], float]
     ) -> None:
         self.snapshot_rows.set_function(lambda: float(rows()))
@@ -322,7 +322,7 @@ class ServerMetrics:
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
-    # -- shoal.api.ingest_handler.IngestMetrics ----------------------------------------------
+    # -- shoal.ingest.handler.IngestMetrics ----------------------------------------------
 
     def accepted(self, signal: str, tenant: str, count: int) -> None:
         self.accepted_total.labels(signal, tenant).inc(count)
@@ -355,7 +355,7 @@ class ServerMetrics:
 
 
 class WalMetricsAdapter:
-    """Adapts :class:`shoal.wal.metrics.WalMetrics` to :class:`ServerMetrics`."""
+    """Adapts :class:`shoal.wal.reporting.WalMetrics` to :class:`ServerMetrics`."""
 
     def __init__(self, metrics: ServerMetrics) -> None:
         self._m = metrics
@@ -376,7 +376,7 @@ class WalMetricsAdapter:
 
 
 class StorageMetricsAdapter:
-    """Adapts :class:`shoal.storage.metrics.StorageMetrics` to :class:`ServerMetrics`."""
+    """Adapts :class:`shoal.storage.reporting.StorageMetrics` to :class:`ServerMetrics`."""
 
     def __init__(self, metrics: ServerMetrics) -> None:
         self._m = metrics

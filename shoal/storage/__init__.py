@@ -8,7 +8,7 @@ on disk and the commit protocol.
 
 from shoal.storage.commit import Commit, NewFile, PreparedFile, Txn
 from shoal.storage.coverage import Coverage
-from shoal.storage.metrics import NOOP, NoopStorageMetrics, StorageMetrics
+from shoal.storage.reporting import NOOP, NoopStorageMetrics, StorageMetrics
 from shoal.storage.store import TableStore
 from shoal.storage.table import Table
 from shoal.storage.types import (

@@ -38,8 +38,8 @@ import pyarrow.parquet as pq
 
 from shoal.schema import TableSpec
 from shoal.storage import layout
-from shoal.storage.snapshot import LsnBatch
 from shoal.storage.types import ScanFile, TableSnapshot
+from shoal.storage.unflushed import LsnBatch
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from shoal.errors import SchemaMismatchError, StorageError, TableNotFoundError
 from shoal.schema import SIGNAL_TABLES, TableSpec
 from shoal.storage import spec as spec_mod
 from shoal.storage.durable import fsync_dir, fsync_file, make_dirs_durable
-from shoal.storage.metrics import NOOP, StorageMetrics
+from shoal.storage.reporting import NOOP, StorageMetrics
 from shoal.storage.table import Table
 
 logger = logging.getLogger(__name__)

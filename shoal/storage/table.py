@@ -31,9 +31,8 @@ from shoal.storage.commit import Commit, Txn
 from shoal.storage.coverage_index import CoverageIndex
 from shoal.storage.files import TableFiles
 from shoal.storage.log import DeltaLog
-from shoal.storage.metrics import NOOP, StorageMetrics
+from shoal.storage.reporting import NOOP, StorageMetrics
 from shoal.storage.series import SeriesIndex
-from shoal.storage.snapshot import LsnBatch
 from shoal.storage.types import (
     WAL_APP_ID,
     CommitResult,
@@ -42,6 +41,7 @@ from shoal.storage.types import (
     ScanFile,
     TableSnapshot,
 )
+from shoal.storage.unflushed import LsnBatch
 
 logger = logging.getLogger(__name__)
 

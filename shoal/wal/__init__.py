@@ -13,9 +13,9 @@ docs/wal-format.md describes the bytes on disk and the recovery rules.
 """
 
 from shoal.wal.fileops import OS_FILE_OPS, FileOps, OsFileOps
-from shoal.wal.metrics import NOOP_METRICS, InMemoryWalMetrics, NoopWalMetrics, WalMetrics
 from shoal.wal.recovery import RecoveryReport, SegmentStatus, inspect_directory
 from shoal.wal.replay import WalRecord
+from shoal.wal.reporting import NOOP_METRICS, InMemoryWalMetrics, NoopWalMetrics, WalMetrics
 from shoal.wal.wal import Wal
 from shoal.wal.writer import FsyncPolicy
 

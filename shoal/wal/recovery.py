@@ -38,7 +38,7 @@ from shoal.wal.codec import (
     find_next_frame,
 )
 from shoal.wal.fileops import FileOps
-from shoal.wal.metrics import WalMetrics
+from shoal.wal.reporting import WalMetrics
 from shoal.wal.segment import (
     BROKEN_SUFFIX,
     TMP_SUFFIX,

@@ -20,9 +20,9 @@ from shoal.errors import (
 )
 from shoal.wal.codec import MAX_RTYPE, MIN_RTYPE, SEGMENT_HEADER_SIZE
 from shoal.wal.fileops import OS_FILE_OPS, FileOps
-from shoal.wal.metrics import NOOP_METRICS, WalMetrics
 from shoal.wal.recovery import POLICIES, RecoveryReport, recover
 from shoal.wal.replay import WalRecord, read_records
+from shoal.wal.reporting import NOOP_METRICS, WalMetrics
 from shoal.wal.segment import ActiveSegment, SegmentSet, create_segment, open_segment
 from shoal.wal.writer import FsyncPolicy, OnDurable, Writer
 

@@ -25,7 +25,7 @@ from shoal.errors import (
 )
 from shoal.wal.codec import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE, encode_frame_header
 from shoal.wal.fileops import Buffer, FileOps
-from shoal.wal.metrics import WalMetrics
+from shoal.wal.reporting import WalMetrics
 from shoal.wal.segment import ActiveSegment, SegmentSet, create_segment
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from fastapi import Depends, FastAPI
 
-from shoal.api.auth import (
+from shoal.auth import (
     ROLES,
     Authenticator,
     Principal,

@@ -14,9 +14,9 @@ from starlette.responses import PlainTextResponse, Response
 
 from shoal.api import otlp_http, remote_write
 from shoal.api.app import AppServices, create_app, front_door
-from shoal.api.auth import Authenticator, TokenStore
 from shoal.api.direct import DirectRoutes, post_endpoints
-from shoal.api.ingest_handler import IngestHandler
+from shoal.auth import Authenticator, TokenStore
+from shoal.ingest.handler import IngestHandler
 
 
 class _Inner:

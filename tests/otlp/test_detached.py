@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from loadtest import payloads
 from shoal.otlp import decode, scanned
-from shoal.otlp.known import KnownSeries
+from shoal.rows.known import KnownSeries
 
 from .test_fuzz import logs_requests, metrics_requests, traces_requests
 

@@ -24,7 +24,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 
 from shoal.errors import DecodeError
 from shoal.otlp import attributes, common, decode, metrics
-from shoal.otlp.cache import DecodeCache
+from shoal.rows.cache import DecodeCache
 
 from .json_helpers import identical
 from .test_fuzz import metrics_requests

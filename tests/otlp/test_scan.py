@@ -26,7 +26,7 @@ from loadtest import payloads
 from shoal.errors import DecodeError
 from shoal.otlp import metrics, scanned, wire
 from shoal.otlp.common import DecodeResult
-from shoal.otlp.known import KnownSeries
+from shoal.rows.known import KnownSeries
 from tests.wire_fields import (
     Damage,
     damages,

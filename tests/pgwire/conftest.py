@@ -13,7 +13,7 @@ import pytest
 
 from loadtest import payloads
 from loadtest.ingest import ServerProcess
-from shoal.api.auth import TokenStore
+from shoal.auth import TokenStore
 
 BASE_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 ROOT = Path(__file__).resolve().parents[2]

@@ -213,7 +213,7 @@ def test_tenants_see_only_their_own_rows(pg: PgServer) -> None:
 def test_tenancy_attack_list_through_psycopg_returns_nothing_of_the_other_tenant(
     pg: PgServer, tmp_path: Path
 ) -> None:
-    from tests.query.test_isolation import adversarial
+    from tests.sql.test_isolation import adversarial
 
     other = {r for r in _values(pg, "globex", "SELECT DISTINCT trace_id FROM spans")}
     other |= set(_values(pg, "globex", "SELECT DISTINCT trace_id FROM logs"))

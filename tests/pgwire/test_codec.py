@@ -316,7 +316,7 @@ def test_vectorised_rows_match_the_value_by_value_encoding(rows: list[tuple], fm
 
 
 def test_catalog_names_count_only_outside_quotes() -> None:
-    from shoal.pgwire.catalog import uses_catalog
+    from shoal.pgwire.pg_catalog import uses_catalog
 
     assert uses_catalog("SELECT relname FROM pg_catalog.pg_class")
     assert uses_catalog("SELECT * FROM information_schema.tables")

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from loadtest.ingest import free_port
-from shoal.api.auth import TokenStore
+from shoal.auth import TokenStore
 
 from .conftest import ROOT, PgServer, start_pg_server
 

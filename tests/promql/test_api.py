@@ -18,8 +18,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as mpb
 
 from shoal.otlp.decode import decode
-from tests.query.api_app import SyncClient, Tokens, client
-from tests.query.helpers import Harness
+from tests.sql.api_app import SyncClient, Tokens, client
+from tests.sql.helpers import Harness
 
 from .otlp_data import GaugeSeries, HistSeries, Metric, Resource, kv, request
 

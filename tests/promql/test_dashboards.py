@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from shoal.otlp.decode import decode
-from tests.query.api_app import SyncClient, Tokens, client
-from tests.query.helpers import Harness
+from tests.sql.api_app import SyncClient, Tokens, client
+from tests.sql.helpers import Harness
 
 from .otlp_data import GaugeSeries, HistSeries, Metric, Resource, request
 

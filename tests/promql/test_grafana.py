@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 import pytest
 
 from loadtest.ingest import ServerProcess
-from shoal.api.auth import TokenStore
+from shoal.auth import TokenStore
 from tests.promql import dataset, otlp_data
 from tests.promql.conftest import REPO, post
 

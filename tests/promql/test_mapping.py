@@ -13,11 +13,12 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as mpb
 
 from shoal.api.app import AppServices, create_app
-from shoal.api.auth import Authenticator, TokenStore
+from shoal.auth import Authenticator, TokenStore
 from shoal.otlp.decode import decode
 from shoal.promql import mapping
-from tests.query.api_app import SyncClient, Tokens, client
-from tests.query.helpers import Harness
+from shoal.promql.service import PromQLService
+from tests.sql.api_app import SyncClient, Tokens, client
+from tests.sql.helpers import Harness
 
 from .otlp_data import kv
 
@@ -280,7 +281,9 @@ def test_promoted_resource_attributes_become_labels(tmp_path: Path) -> None:
             query_service=service,
         )
     )
-    app.state.promql_promote = mapping.promoted(" host.name, service.name ,absent.key")
+    app.state.promql = PromQLService(
+        service.reader, service, mapping.promoted(" host.name, service.name ,absent.key")
+    )
     tc = SyncClient(app)
     try:
         got = _query((tc, headers), "gone", BASE + 20_000)

@@ -32,7 +32,7 @@ import pytest
 
 from loadtest.ingest import ServerProcess
 from loadtest.remote_write import compress, encode
-from shoal.api.auth import TokenStore
+from shoal.auth import TokenStore
 from shoal.errors import PromQLError
 from shoal.promql import tree
 from shoal.promql.tree import Aggregate, Binary, Call, Neg, Node, Selector, Subquery

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from loadtest import remote_write
 from shoal.errors import DecodeError
-from shoal.otlp import known as known_module
-from shoal.otlp.known import KnownSeries, _Known
 from shoal.promwrite import decode as decode_module
 from shoal.promwrite.decode import V1, V2, decode
+from shoal.rows import known as known_module
+from shoal.rows.known import KnownSeries, _Known
 
 # a small pool, so that requests share series; some without a name, some with empty values
 LABEL_SETS: list[dict[str, str]] = [

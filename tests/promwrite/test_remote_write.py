@@ -19,7 +19,7 @@ import pytest
 from loadtest import remote_write
 from loadtest.ingest import ServerProcess
 from loadtest.prometheus import Prometheus
-from shoal.api.auth import TokenStore
+from shoal.auth import TokenStore
 
 REPO = Path(__file__).resolve().parents[2]
 V1_TYPE = "application/x-protobuf"

@@ -17,10 +17,10 @@ import psutil
 import pytest
 
 from loadtest import payloads, remote_write
-from shoal.decoding import OTLP, OTLP_JSON, REMOTE_WRITE, Decoded, DecodeJob, decode
 from shoal.errors import DecodeError, DecoderLostError, PayloadTooLargeError
+from shoal.ingest.decoding import OTLP, OTLP_JSON, REMOTE_WRITE, Decoded, DecodeJob, decode
+from shoal.ingest.processes import ProcessDecoder
 from shoal.promwrite.decode import V1, V2
-from shoal.server.decoders import ProcessDecoder
 from tests.server.conftest import ServerFactory, metric_value, scrape
 
 

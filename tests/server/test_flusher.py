@@ -1,4 +1,4 @@
-"""Snapshot + flusher over the real WAL and Delta tables: every row visible exactly once."""
+"""UnflushedRows + flusher over the real WAL and Delta tables: every row visible exactly once."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import pytest
 from loadtest import payloads
 from loadtest.ingest import BASE_NS
 from shoal import otlp
-from shoal.server import records
+from shoal.ingest import records
 from shoal.server.flusher import TRIM_EVERY_S, Flusher, FlushStore, FlushTable
 from shoal.server.telemetry import ServerMetrics
 from shoal.storage import faults
-from shoal.storage.snapshot import Snapshot
 from shoal.storage.store import TableStore
 from shoal.storage.types import CommitResult
+from shoal.storage.unflushed import UnflushedRows
 from shoal.wal import Wal
 
 
@@ -38,12 +38,12 @@ class Rig:
         max_age_s: float = 3600,
         helpers: Executor | None = None,
     ) -> None:
-        self.snapshot = Snapshot()
+        self.unflushed = UnflushedRows()
         self.store = TableStore(tmp / "data")
-        self.wal = Wal.open(tmp / "data" / "wal", on_durable=self.snapshot.add_many)
+        self.wal = Wal.open(tmp / "data" / "wal", on_durable=self.unflushed.add_many)
         self.metrics = ServerMetrics()
         self.flusher = Flusher(
-            self.snapshot,
+            self.unflushed,
             self.store,
             self.wal,
             max_bytes,
@@ -59,7 +59,7 @@ class Rig:
 
     def visible(self, tenant: str, table: str) -> int:
         """Count rows the way the query layer does: snapshot copy first, then Delta."""
-        batches = self.snapshot.batches(tenant).get(table, [])
+        batches = self.unflushed.batches(tenant).get(table, [])
         snap = self.store.open(tenant, table).snapshot()
         in_files = sum(f.rows for f in snap.files)
         return in_files + sum(b.batch.num_rows for b in batches if b.lsn > snap.committed_lsn)
@@ -109,7 +109,7 @@ def test_counts_never_dip_or_double_while_flushing(rig: Rig) -> None:
     assert rig.flusher.rounds > 3, "the flusher must have run during the test"
     assert rig.flusher.flush()
     assert rig.visible("default", "metrics") == acked
-    assert rig.snapshot.rows == 0
+    assert rig.unflushed.rows == 0
     assert rig.wal.segment_count() == 1  # everything before the last LSN truncated
 
 
@@ -131,13 +131,13 @@ def test_only_a_flusher_that_fell_behind_shares_its_writing(tmp_path: Path) -> N
     helpers, and writes the same rows in the same order as a round that writes alone."""
     helpers = _Counting()
     tables = [_rows(i) for i in range(8)]
-    # what a request counts in the snapshot here: its buffers (Snapshot.add_many)
+    # what a request counts in the snapshot here: its buffers (UnflushedRows.add_many)
     one_request = max(sum(b.get_total_buffer_size() for b in t.to_batches()) for t in tables)
     rig = Rig(tmp_path / "a", helpers=helpers)
     alone = Rig(tmp_path / "b")
     stores = [_During(rig), _During(alone)]
     shared, single = (
-        Flusher(r.snapshot, store, r.wal, 3 * one_request, 3600, r.metrics, helpers=h)
+        Flusher(r.unflushed, store, r.wal, 3 * one_request, 3600, r.metrics, helpers=h)
         for r, store, h in ((rig, stores[0], helpers), (alone, stores[1], None))
     )
 
@@ -157,7 +157,7 @@ def test_only_a_flusher_that_fell_behind_shares_its_writing(tmp_path: Path) -> N
         round_with([])  # less than a flush's worth arrived: alone again
         assert shared.shared_rounds == 1
         round_with([])
-        assert shared.shared_rounds == 1 and rig.snapshot.rows == 0
+        assert shared.shared_rounds == 1 and rig.unflushed.rows == 0
         assert "shoal_flush_shared_rounds_total 1.0" in rig.metrics.exposition()[0].decode()
         read = [_read(r.store, "acme", "metrics") for r in (rig, alone)]
         assert read[0].num_rows == 8 * 50 and read[0].equals(read[1])
@@ -215,11 +215,11 @@ def test_a_failing_flush_keeps_the_rows_and_is_retried(tmp_path: Path) -> None:
         assert not rig.flusher.flush()  # both tables fail once: nothing dropped, WAL kept
         assert rig.visible("acme", "metrics") == 50
         assert rig.visible("acme", "logs") == 10
-        assert rig.snapshot.rows == 60
+        assert rig.unflushed.rows == 60
         assert len(list(rig.wal.replay(0))) == 2
         assert rig.flusher.flush()
         assert rig.visible("acme", "metrics") == 50 and rig.visible("acme", "logs") == 10
-        assert rig.snapshot.rows == 0
+        assert rig.unflushed.rows == 0
         text = rig.metrics.exposition()[0].decode()
         assert 'shoal_flush_failures_total{table="metrics",tenant="acme"} 1.0' in text
         assert 'shoal_flush_failures_total{table="logs",tenant="acme"} 1.0' in text
@@ -261,7 +261,7 @@ def test_unused_pages_go_back_every_few_seconds_and_when_the_load_stops(tmp_path
 
     def flusher(store: FlushStore) -> Flusher:
         return Flusher(
-            rig.snapshot, store, rig.wal, 1 << 30, 3600, rig.metrics,
+            rig.unflushed, store, rig.wal, 1 << 30, 3600, rig.metrics,
             trim=lambda: trims.append(now[0]), clock=lambda: now[0],
         )  # fmt: skip
 
@@ -270,10 +270,10 @@ def test_unused_pages_go_back_every_few_seconds_and_when_the_load_stops(tmp_path
         rig.append("default", "metrics", _rows(0))
         for second in range(7):
             now[0] = float(second)
-            assert steady.flush() and rig.snapshot.rows > 0
+            assert steady.flush() and rig.unflushed.rows > 0
         assert trims == [TRIM_EVERY_S]
         now[0] = 7.0
-        assert flusher(rig.store).flush() and rig.snapshot.rows == 0
+        assert flusher(rig.store).flush() and rig.unflushed.rows == 0
         assert trims == [TRIM_EVERY_S, 7.0]
     finally:
         rig.close()
@@ -291,11 +291,11 @@ def test_a_round_of_the_thread_takes_a_rounds_worth_and_leaves_the_rest(tmp_path
         rig.flusher.flush(2 * one_request)
         taken = rig.store.open("acme", "metrics").committed_lsn()
         assert taken == lsns[1]  # two requests reach a round's worth
-        assert rig.snapshot.rows == 4 * 50
+        assert rig.unflushed.rows == 4 * 50
         assert rig.visible("acme", "metrics") == 6 * 50
         # what a restart would replay past the table's commit is still in the WAL
         assert [r.lsn for r in rig.wal.replay(after_lsn=taken)] == lsns[2:]
-        while rig.snapshot.rows:
+        while rig.unflushed.rows:
             rig.flusher.flush(2 * one_request)
         assert rig.flusher.rounds == 3
         written = _read(rig.store, "acme", "metrics")

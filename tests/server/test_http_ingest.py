@@ -172,7 +172,7 @@ def test_load_report_counts_the_servers_slow_fsyncs(server: ServerProcess) -> No
 
 
 def test_tokens_decide_the_tenant(start_server: ServerFactory, tmp_path: Path) -> None:
-    from shoal.api.auth import TokenStore
+    from shoal.auth import TokenStore
 
     data = tmp_path / "data"
     token, _ = TokenStore(data).create("acme", frozenset({"ingest"}))

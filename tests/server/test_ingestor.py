@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from loadtest import payloads
-from shoal.api.ingest_handler import IngestHandler, IngestMetrics
-from shoal.decoding import DecodeJob, ThreadDecoder
 from shoal.errors import DecodeError, OverloadedError, WalError
-from shoal.server import records
-from shoal.server.ingestor import Ingestor
-from shoal.server.queue import IngestQueue
-from shoal.storage.snapshot import Snapshot
+from shoal.ingest import records
+from shoal.ingest.decoding import DecodeJob, ThreadDecoder
+from shoal.ingest.handler import IngestHandler, IngestMetrics
+from shoal.ingest.ingestor import Ingestor
+from shoal.ingest.queue import IngestQueue
+from shoal.storage.unflushed import UnflushedRows
 from shoal.wal import Wal
 
 METRICS = DecodeJob("metrics")
@@ -38,19 +38,19 @@ class _Parts:
         max_backlog_bytes: int = 0,
         backlog_wait_s: float = 0.0,
     ) -> None:
-        self.snapshot = Snapshot()
+        self.unflushed = UnflushedRows()
         self.waits = _Waits()
         self.queue = IngestQueue(
             max_requests,
             1 << 30,
             1.0,
-            backlog=lambda: self.snapshot.bytes,
+            backlog=lambda: self.unflushed.bytes,
             max_backlog_bytes=max_backlog_bytes,
             backlog_wait_s=backlog_wait_s,
             on_wait=self.waits.waited,
         )
         self.fatal: list[BaseException] = []
-        self.ingestor = Ingestor(self.queue, self.snapshot, on_fatal=self.fatal.append)
+        self.ingestor = Ingestor(self.queue, self.unflushed, on_fatal=self.fatal.append)
         self.wal = Wal.open(tmp / "wal", fsync="always", on_durable=self.ingestor.on_durable)
         self.ingestor.open(self.wal)
         self.executor = ThreadPoolExecutor(2)
@@ -73,14 +73,14 @@ def test_concurrent_requests_are_durable_visible_and_released(tmp_path: Path) ->
         outcome = await parts.handler.ingest("acme", METRICS, _body(50, seed))
         assert (outcome.accepted, outcome.rejected) == (50, 0)
         # The rows were in the snapshot before the request was acknowledged.
-        seen_before_ack.append(parts.snapshot.rows)
+        seen_before_ack.append(parts.unflushed.rows)
 
     async def main() -> None:
         await asyncio.gather(*(one(seed) for seed in range(16)))
 
     try:
         asyncio.run(main())
-        assert parts.snapshot.rows == 16 * 50
+        assert parts.unflushed.rows == 16 * 50
         assert min(seen_before_ack) >= 50
         assert parts.queue.wait_empty(5) and parts.queue.bytes == 0
         replayed = [records.decode(r.payload) for r in parts.wal.replay(0)]
@@ -106,7 +106,7 @@ def test_refusals_reach_the_caller(tmp_path: Path) -> None:
         parts.wal.shutdown()
         with pytest.raises(WalError):
             asyncio.run(parts.handler.ingest("acme", METRICS, _body(5, 2)))
-        assert parts.snapshot.rows == 0
+        assert parts.unflushed.rows == 0
         assert parts.queue.depth == 0
     finally:
         parts.close()
@@ -117,7 +117,7 @@ def test_rows_shared_with_the_series_cache_count_the_bytes_they_hold(tmp_path: P
     queue and the snapshot count them by the length of their encoded rows, not by the
     cache's buffers, though the WAL logs the requests themselves."""
     from loadtest import remote_write
-    from shoal.decoding import REMOTE_WRITE
+    from shoal.ingest.decoding import REMOTE_WRITE
     from shoal.promwrite.decode import V1
 
     def body(count: int, t_ms: int) -> bytes:
@@ -135,10 +135,10 @@ def test_rows_shared_with_the_series_cache_count_the_bytes_they_hold(tmp_path: P
             assert outcome.accepted == count
         payloads = [r.payload for r in parts.wal.replay(0)]
         encoded = [len(records.encode(*records.decode(p))) for p in payloads]
-        assert parts.snapshot.bytes == sum(encoded)
+        assert parts.unflushed.bytes == sum(encoded)
         assert sum(len(p) for p in payloads) * 10 < sum(encoded)  # the requests are logged
         # what the buffer sizes would have said: the 4,000 series' cache rows, three times
-        held = [b.batch.get_total_buffer_size() for b in parts.snapshot.batches("acme")["metrics"]]
+        held = [b.batch.get_total_buffer_size() for b in parts.unflushed.batches("acme")["metrics"]]
         assert min(held[1:]) > 2 * max(encoded[1:])
         assert parts.queue.wait_empty(5) and parts.queue.bytes == 0
     finally:
@@ -157,14 +157,14 @@ def test_a_request_is_held_back_while_the_flusher_is_behind_and_goes_on_when_it_
         assert first.accepted == 50 and parts.queue.backlogged()  # over its 1-byte cap
         held = asyncio.create_task(parts.handler.ingest("acme", METRICS, _body(40, 2)))
         await asyncio.sleep(0.3)
-        assert not held.done() and parts.snapshot.rows == 50  # held, not yet decoded
-        parts.snapshot.drop_through("acme", "metrics", parts.wal.last_lsn)  # flushed
+        assert not held.done() and parts.unflushed.rows == 50  # held, not yet decoded
+        parts.unflushed.drop_through("acme", "metrics", parts.wal.last_lsn)  # flushed
         second = await asyncio.wait_for(held, 30)
         assert (second.accepted, second.rejected) == (40, 0)
 
     try:
         asyncio.run(main())
-        assert parts.snapshot.rows == 40
+        assert parts.unflushed.rows == 40
         assert len(parts.waits.seconds) == 1 and parts.waits.seconds[0] >= 0.3
         assert parts.fatal == []
     finally:
@@ -180,7 +180,7 @@ def test_a_request_held_back_for_all_of_backlog_wait_s_is_refused_retryably(
         with pytest.raises(OverloadedError) as info:
             asyncio.run(parts.handler.ingest("acme", METRICS, _body(40, 2)))
         assert info.value.reason == "snapshot"
-        assert parts.snapshot.rows == 50 and parts.queue.depth == 0
+        assert parts.unflushed.rows == 50 and parts.queue.depth == 0
         assert len(parts.waits.seconds) == 1 and parts.waits.seconds[0] >= 0.2
     finally:
         parts.close()
@@ -195,7 +195,7 @@ def test_a_decoded_request_is_held_back_on_the_ingest_thread_then_appended(
     try:
         asyncio.run(parts.handler.ingest("acme", METRICS, _body(50, 1)))
         timer = threading.Timer(
-            0.3, parts.snapshot.drop_through, args=("acme", "metrics", parts.wal.last_lsn)
+            0.3, parts.unflushed.drop_through, args=("acme", "metrics", parts.wal.last_lsn)
         )
         timer.start()
         parts.queue.acquire(7)  # what the ingest thread does for a decoded request

@@ -16,7 +16,7 @@ from opentelemetry.sdk.resources import Resource
 
 from loadtest import payloads
 from loadtest.ingest import BASE_NS, GRPC_METHODS, ServerProcess
-from shoal.api.auth import TokenStore
+from shoal.auth import TokenStore
 from tests.server.conftest import ServerFactory, delta_rows, metric_value, scrape
 
 PB = "application/x-protobuf"

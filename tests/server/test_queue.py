@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from shoal.errors import OverloadedError
-from shoal.server.queue import IngestQueue
+from shoal.ingest.queue import IngestQueue
 
 
 def test_bounded_by_requests_and_bytes() -> None:

@@ -8,11 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loadtest import remote_write
-from shoal.decoding import OTLP, OTLP_JSON, REMOTE_WRITE, DecodeJob
-from shoal.decoding import decode as decode_job
 from shoal.errors import DecodeError, WalError
+from shoal.ingest import records
+from shoal.ingest.decoding import OTLP, OTLP_JSON, REMOTE_WRITE, DecodeJob
+from shoal.ingest.decoding import decode as decode_job
 from shoal.promwrite.decode import V1, V2
-from shoal.server import records
 from tests.otlp.json_helpers import identical
 from tests.otlp.test_detached import STRATEGIES as OTLP_REQUESTS
 from tests.promwrite.test_known import _body, requests

@@ -15,7 +15,7 @@ import pytest
 
 from loadtest import payloads
 from loadtest.ingest import BASE_NS, ServerProcess
-from shoal.api.auth import Authenticator, TokenStore
+from shoal.auth import Authenticator, TokenStore
 from shoal.errors import AuthError
 from tests.server.conftest import ServerFactory
 

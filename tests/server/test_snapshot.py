@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from shoal.storage.snapshot import Snapshot
+from shoal.storage.unflushed import UnflushedRows
 
 
 def _rows(n: int, start: int = 0) -> pa.Table:
@@ -12,7 +12,7 @@ def _rows(n: int, start: int = 0) -> pa.Table:
 
 
 def test_add_take_drop() -> None:
-    snap = Snapshot()
+    snap = UnflushedRows()
     snap.add_many([(1, ("a", "metrics", _rows(3))), (2, ("a", "logs", _rows(2)))])
     snap.add("b", "metrics", 3, _rows(4))
     assert snap.last_lsn() == 3
@@ -36,7 +36,7 @@ def test_add_take_drop() -> None:
 
 
 def test_note_lsn_and_empty_stats() -> None:
-    snap = Snapshot()
+    snap = UnflushedRows()
     snap.note_lsn(7)
     assert snap.last_lsn() == 7
     assert snap.take() == (7, {})
@@ -47,7 +47,7 @@ def test_note_lsn_and_empty_stats() -> None:
 def test_given_sizes_count_instead_of_buffer_sizes() -> None:
     """A record's size, when given, is what it counts, shared out over its batches by rows
     and given back whole when it is dropped."""
-    snap = Snapshot()
+    snap = UnflushedRows()
     two_batches = pa.Table.from_batches(_rows(6).to_batches() + _rows(2).to_batches())
     snap.add_many(
         [(1, ("a", "metrics", two_batches)), (2, ("a", "metrics", _rows(3)))], [800, None]
@@ -60,7 +60,7 @@ def test_given_sizes_count_instead_of_buffer_sizes() -> None:
 def test_a_take_up_to_a_size_cuts_at_the_lsn_that_reaches_it() -> None:
     """Sizes count over every table in LSN order, and a record is never split: its rows
     in every table go with it."""
-    snap = Snapshot()
+    snap = UnflushedRows()
     snap.add_many(
         [
             (1, ("a", "metrics", _rows(3))),

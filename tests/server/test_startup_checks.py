@@ -105,9 +105,9 @@ def test_budget_adds_up_each_setting() -> None:
     )
     budget = preflight.memory_budget(cfg)
     assert budget.queries == 300 * MiB
-    assert budget.snapshot == preflight.SNAPSHOT_LIMIT_FLUSHES * 10 * MiB
+    assert budget.unflushed == preflight.UNFLUSHED_LIMIT_FLUSHES * 10 * MiB
     assert budget.promql_cache == 11 * MiB
-    snapshot = preflight.SNAPSHOT_LIMIT_FLUSHES * 10
+    snapshot = preflight.UNFLUSHED_LIMIT_FLUSHES * 10
     assert budget.total == preflight.BASELINE_RSS_BYTES + (300 + snapshot + 7 + 10 + 11) * MiB
     with pytest.raises(StartupError, match="cgroup memory limit"):
         preflight.check_memory(cfg, cgroup_limit=budget.total - 1)
@@ -158,9 +158,9 @@ def test_a_logged_request_that_does_not_read_back_stops_the_start(tmp_path: Path
     """A WAL record whose logged request no longer decodes (a decoder that changed, say)
     stops the start with one line naming the record; nothing is dropped or truncated."""
     from loadtest import remote_write
-    from shoal.decoding import REMOTE_WRITE, DecodeJob
+    from shoal.ingest import records
+    from shoal.ingest.decoding import REMOTE_WRITE, DecodeJob
     from shoal.promwrite.decode import V1
-    from shoal.server import records
     from shoal.wal import Wal
 
     job = DecodeJob("metrics", REMOTE_WRITE, V1, 1 << 20)

@@ -22,7 +22,7 @@ from shoal.schema import METRICS
 from shoal.storage import TableStore, layout
 from shoal.storage import series as series_mod
 from shoal.storage.commit import Commit
-from shoal.storage.snapshot import LsnBatch
+from shoal.storage.unflushed import LsnBatch
 
 from .helpers import BASE_US, metrics_table
 

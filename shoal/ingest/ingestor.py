@@ -1,0 +1,155 @@
+"""The server side of ingest: admission, WAL append, and waiting for the fsync.
+
+:class:`Ingestor` implements :class:`shoal.ingest.ack.IngestSink`. On the
+worker thread that decoded it, a table is admitted to the bounded queue,
+encoded as a WAL payload and appended with the tag ``(tenant, table, rows,
+ack, bytes)``: the WAL's ``on_durable`` callback (:meth:`Ingestor.on_durable`) adds
+the rows to the snapshot without re-reading them and then resolves the whole
+group's acks at once. The queue slot is released when the WAL resolves the
+append, whatever the client does meanwhile.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Protocol, cast
+
+import pyarrow as pa
+
+from shoal.errors import NotReadyError, ShuttingDownError, WalFatalError
+from shoal.ingest import records
+from shoal.ingest.ack import Ack, resolve_acks
+from shoal.ingest.decoding import DecodeJob
+from shoal.ingest.queue import IngestQueue
+
+logger = logging.getLogger(__name__)
+
+
+class Appender(Protocol):
+    def append(self, payload: bytes, *, rtype: int = ..., tag: object = ...) -> Future[int]: ...
+
+
+class UnflushedSink(Protocol):
+    def add_many(
+        self,
+        records: Sequence[tuple[int, tuple[str, str, pa.Table]]],
+        sizes: Sequence[int | None] | None = None,
+    ) -> None: ...
+
+
+DurableTag = tuple[str, str, pa.Table, Ack, int]
+"""Tenant, table, rows, the request's ack and the bytes its rows hold."""
+
+
+class State(enum.Enum):
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+
+
+class Ingestor:
+    def __init__(
+        self,
+        queue: IngestQueue,
+        unflushed: UnflushedSink,
+        on_fatal: Callable[[BaseException], None],
+    ) -> None:
+        self.queue = queue
+        self._unflushed = unflushed
+        self._on_fatal = on_fatal
+        self._wal: Appender | None = None
+        self.state = State.STARTING
+
+    def open(self, wal: Appender) -> None:
+        """Start accepting: the WAL is open and replayed."""
+        self._wal = wal
+        self.state = State.READY
+
+    def drain(self) -> None:
+        """Stop accepting new requests; admitted ones still complete."""
+        self.state = State.DRAINING
+
+    def check_admission(self) -> None:
+        self._check_state()
+        self.queue.check()
+
+    def _check_state(self) -> None:
+        if self.state is State.STARTING:
+            raise NotReadyError("shoal is starting (replaying the WAL); retry shortly")
+        if self.state is State.DRAINING:
+            raise ShuttingDownError("shoal is shutting down; retry against the restarted server")
+
+    @property
+    def backlog_wait_s(self) -> float:
+        return self.queue.backlog_wait_s
+
+    def backlogged(self) -> bool:
+        return self.state is State.READY and self.queue.backlogged()
+
+    def append(
+        self,
+        tenant: str,
+        signal: str,
+        table: pa.Table,
+        ack: Ack,
+        payload: bytes | None = None,
+        source: tuple[DecodeJob, bytes] | None = None,
+        all_null: tuple[bool, ...] | None = None,
+    ) -> None:
+        """Decoder's thread: admit, encode (unless ``payload`` is the encoded rows), append;
+        ``ack`` resolves in :meth:`on_durable`.
+
+        A protobuf request (remote write, OTLP over HTTP or gRPC) is logged as
+        ``source``, its job and body, instead of its rows (``records.encode_request``).
+        Admission was checked before the body was read; here the queue's own bounds are
+        (:meth:`IngestQueue.acquire`, which holds the request back while the flusher's
+        backlog is over its cap)."""
+        self._check_state()
+        wal = self._wal
+        assert wal is not None
+        # What the rows count for is the length of their encoded rows, also when they are
+        # slices of larger buffers (a decoder's cache), whose buffer sizes would count
+        # those whole, and when the request is logged instead.
+        if payload is not None:
+            nbytes = len(payload)
+        elif source is not None and source[0].wire in records.LOGGED_AS_REQUESTS:
+            payload = records.encode_request(tenant, signal, *source)
+            nbytes = records.rows_bytes(tenant, signal, table, all_null)
+        else:
+            payload = records.encode(tenant, signal, table)
+            nbytes = len(payload)
+        self.queue.acquire(nbytes)
+        try:
+            tag: DurableTag = (tenant, signal, table, ack, nbytes)
+            future = wal.append(payload, rtype=records.RTYPE_ROWS, tag=tag)
+        except BaseException as exc:
+            self.queue.release(nbytes)
+            if isinstance(exc, WalFatalError):
+                self._on_fatal(exc)
+            raise
+        future.add_done_callback(functools.partial(self._appended, nbytes, ack))
+
+    def _appended(self, nbytes: int, ack: Ack, future: Future[int]) -> None:
+        """The WAL resolved an append (writer thread): free its slot; report a failure."""
+        self.queue.release(nbytes)
+        error = future.exception()
+        if error is not None:
+            if isinstance(error, WalFatalError):
+                self._on_fatal(error)
+            ack.fail(error)
+
+    def on_durable(self, items: Sequence[tuple[int, object]]) -> None:
+        """The WAL's callback for a durable group, in LSN order: snapshot, then acks.
+
+        The rows are visible to queries before any request is acknowledged,
+        and the group's acks wake each event loop once.
+        """
+        tagged = cast(Sequence[tuple[int, DurableTag]], items)
+        self._unflushed.add_many(
+            [(lsn, (t[0], t[1], t[2])) for lsn, t in tagged], [t[4] for _, t in tagged]
+        )
+        resolve_acks((lsn, t[3]) for lsn, t in tagged)

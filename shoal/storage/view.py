@@ -1,0 +1,251 @@
+"""The one read view: a tenant's tables at a Delta version plus the rows not yet flushed.
+
+Every reader (SQL, PromQL, the PostgreSQL listener, the trace and log APIs) sees a
+tenant's data through :func:`collect_view` (or, for a table's series, through
+:func:`series_in_range`), which follow one read protocol:
+
+1. the unflushed rows' batch references are copied *first*
+   (:meth:`~shoal.storage.unflushed.UnflushedSource.batches`);
+2. then each table's Delta snapshot is read (its files, and the WAL LSN its last
+   flush covered);
+3. of the unflushed batches only those above that LSN are kept
+   (:func:`unflushed_above`: the LSN rule, in this one place).
+
+The flusher drops batches from the unflushed rows only after their commit, so every
+acknowledged row is in exactly one of the two sides, and no lock is held while Delta
+is read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import pyarrow as pa
+
+from shoal.errors import QueryError, StorageError, TableNotFoundError
+from shoal.schema import SIGNAL_TABLES, TableSpec
+from shoal.storage import series as index
+from shoal.storage.types import ScanFile, TableSnapshot
+from shoal.storage.unflushed import LsnBatch, UnflushedSource
+
+BUILTIN_TABLES: tuple[str, ...] = tuple(SIGNAL_TABLES)
+"""Tables every tenant sees, even before its first write."""
+
+
+class TableHandle(Protocol):
+    """The part of a storage ``Table`` the query layer uses."""
+
+    @property
+    def spec(self) -> TableSpec: ...
+
+    def snapshot(self) -> TableSnapshot: ...
+
+    def snapshot_at(
+        self, version: int | None = None, timestamp: dt.datetime | None = None
+    ) -> TableSnapshot: ...
+
+    def series(
+        self,
+        snapshot: TableSnapshot,
+        batches: Sequence[LsnBatch] = (),
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+    ) -> pa.Table: ...
+
+
+class TableCatalog(Protocol):
+    """The part of the storage ``TableStore`` the query layer uses."""
+
+    def tables(self, tenant: str) -> list[str]: ...
+
+    def open(
+        self, tenant: str, table: str, spec: TableSpec | None = None, *, create: bool = True
+    ) -> TableHandle: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class AsOf:
+    """Time travel: read the Parquet side as of a Delta version or a point in time."""
+
+    version: int | None = None
+    timestamp: dt.datetime | None = None
+
+    def __post_init__(self) -> None:
+        if (self.version is None) == (self.timestamp is None):
+            raise ValueError("AsOf needs exactly one of version and timestamp")
+
+    def tag(self) -> str:
+        if self.version is not None:
+            return f"v{self.version}"
+        assert self.timestamp is not None
+        return "t" + self.timestamp.isoformat()
+
+
+@dataclasses.dataclass(frozen=True)
+class TableInput:
+    """One table of a query: its schema, committed files and the batches not yet in them."""
+
+    name: str
+    schema: pa.Schema
+    version: int
+    committed_lsn: int
+    files: tuple[ScanFile, ...]
+    batches: tuple[pa.RecordBatch, ...]
+    max_batch_lsn: int
+    lsns: tuple[int, ...] = ()
+    """The WAL LSN of each of ``batches``."""
+    time_column: str = "timestamp"
+    """The column the files' time statistics (``ScanFile.min_time_us``...) are about."""
+
+    @property
+    def unflushed_rows(self) -> int:
+        return sum(b.num_rows for b in self.batches)
+
+
+@dataclasses.dataclass(frozen=True)
+class TenantView:
+    """Everything one query of one tenant may read."""
+
+    tenant: str
+    tables: dict[str, TableInput]
+    as_of: AsOf | None = None
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema, table: str) -> pa.RecordBatch:
+    """``batch`` with exactly ``schema`` (zero-copy), or a clear error."""
+    if batch.schema.equals(schema, check_metadata=True):
+        return batch
+    if batch.schema.equals(schema, check_metadata=False):
+        if batch.schema.metadata == schema.metadata:
+            return batch
+        return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+    try:
+        return batch.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError, ValueError) as exc:
+        raise QueryError(f"{table}: snapshot batch does not match the table schema: {exc}") from exc
+
+
+def _empty_snapshot(tenant: str, table: str) -> TableSnapshot:
+    return TableSnapshot(tenant=tenant, table=table, version=-1, committed_lsn=0, files=())
+
+
+def _snapshot_as_of(handle: TableHandle, as_of: AsOf, tenant: str, name: str) -> TableSnapshot:
+    """``handle``'s table as of ``as_of`` (delta-rs reads a time before the table's first
+    commit as its empty version 0), or an error naming the table."""
+    try:
+        return handle.snapshot_at(version=as_of.version, timestamp=as_of.timestamp)
+    except StorageError as exc:
+        failure = exc
+    latest = handle.snapshot()
+    if as_of.version is not None and as_of.version > latest.version:
+        raise QueryError(
+            f"time travel: table {name} has versions 0 to {latest.version}; "
+            f"as_of_version={as_of.version} does not exist yet"
+        ) from None
+    raise QueryError(f"time travel: {failure}") from None
+
+
+def unflushed_above(batches: Iterable[LsnBatch], committed_lsn: int) -> list[LsnBatch]:
+    """The LSN rule: of a table's unflushed batches (copied before its Delta snapshot was
+    read), those its snapshot does not cover, the batches above ``committed_lsn``."""
+    return [b for b in batches if b.lsn > committed_lsn and b.batch.num_rows]
+
+
+def collect_view(
+    catalog: TableCatalog,
+    unflushed: UnflushedSource | None,
+    tenant: str,
+    as_of: AsOf | None = None,
+    tables: Iterable[str] | None = None,
+) -> TenantView:
+    """The tenant's tables for one read (the protocol of the module docstring).
+
+    With ``tables``, only those of them that exist are collected (a query's reader
+    passes the names its text can refer to). With ``as_of`` the Parquet side of each
+    table is read as of that version or time and the unflushed rows are left out; a
+    table created after that time reads as empty, and a version the table has not
+    reached yet is an error naming the table.
+    """
+    # 1. Batch references first, before any Delta snapshot is read.
+    pending: dict[str, Sequence[LsnBatch]] = {}
+    if unflushed is not None and as_of is None:
+        pending = dict(unflushed.batches(tenant))
+    stored = set(catalog.tables(tenant))
+    names = set(BUILTIN_TABLES) | stored | set(pending)
+    if tables is not None:
+        wanted = {name.lower() for name in tables}
+        names = {name for name in names if name.lower() in wanted}
+    collected: dict[str, TableInput] = {}
+    for name in sorted(names):
+        handle = _handle(catalog, tenant, name, stored)
+        if handle is None:
+            # Not created yet (no flush so far): only unflushed rows, if any.
+            snap = _empty_snapshot(tenant, name)
+            spec = SIGNAL_TABLES.get(name)
+            if spec is not None:
+                schema = spec.schema
+            elif pending.get(name):
+                schema = pending[name][0].batch.schema
+            else:
+                continue
+        else:
+            schema = handle.spec.schema
+            if as_of is None:
+                snap = handle.snapshot()
+            else:
+                snap = _snapshot_as_of(handle, as_of, tenant, name)
+        # 2. Keep only the batches the table's committed LSN does not cover.
+        kept = unflushed_above(pending.get(name, ()), snap.committed_lsn)
+        collected[name] = TableInput(
+            name=name,
+            schema=schema,
+            version=snap.version,
+            committed_lsn=snap.committed_lsn,
+            files=snap.files,
+            batches=tuple(_conform(b.batch, schema, name) for b in kept),
+            max_batch_lsn=max((b.lsn for b in kept), default=0),
+            lsns=tuple(b.lsn for b in kept),
+            time_column=snap.time_column,
+        )
+    return TenantView(tenant=tenant, tables=collected, as_of=as_of)
+
+
+def _handle(catalog: TableCatalog, tenant: str, name: str, stored: set[str]) -> TableHandle | None:
+    """The table's handle, or None when it has no Delta table (yet)."""
+    if name not in stored:
+        return None
+    try:
+        return catalog.open(tenant, name, create=False)
+    except TableNotFoundError:
+        return None
+
+
+def series_in_range(
+    catalog: TableCatalog,
+    unflushed: UnflushedSource | None,
+    tenant: str,
+    table: str,
+    start_ns: int,
+    end_ns: int,
+) -> pa.Table:
+    """One row per series of ``table`` seen in ``[start_ns, end_ns]``: the table's
+    index columns, ``first_ns`` and ``last_ns``, from the series index of its files and
+    its unflushed batches (the same protocol as :func:`collect_view`; a table not created
+    yet is summarised from its batches alone)."""
+    spec = SIGNAL_TABLES.get(table)
+    if spec is None or not spec.index_columns:
+        raise QueryError(f"table {table!r} keeps no series index")
+    pending = list(unflushed.batches(tenant).get(table, ())) if unflushed is not None else []
+    handle = _handle(catalog, tenant, table, set(catalog.tables(tenant)))
+    if handle is not None:
+        snap = handle.snapshot()
+        return handle.series(snap, unflushed_above(pending, snap.committed_lsn), start_ns, end_ns)
+    schema = index.index_schema(spec)
+    rows = [b.batch for b in pending if b.batch.num_rows]
+    if not rows:
+        return schema.empty_table()
+    found = index.summarize(pa.Table.from_batches(rows), spec, schema)
+    return index.within(found, start_ns, end_ns)
