@@ -16,18 +16,25 @@ from collections.abc import Iterator
 import numpy as np
 
 from shoal.errors import PromQLError
-from shoal.promql import aggregate, binary, fetch, functions, mapping, native, ranges, tree
-from shoal.promql.model import F64, I64, NAME, Matrix, Series, Vec, latest_values
+from shoal.promql import aggregate, binary, functions, mapping, matchers, native, ranges, tree
+from shoal.promql.model import (
+    F64,
+    I64,
+    LOOKBACK_MS,
+    NAME,
+    Matrix,
+    Series,
+    Value,
+    Vec,
+    latest_values,
+)
 from shoal.promql.source import SampleSource
 from shoal.promql.tree import Aggregate, Binary, Call, Neg, Node, Num, Selector, Str, Subquery
 
 logger = logging.getLogger(__name__)
 
-LOOKBACK_MS = 300_000
 DEFAULT_SUBQUERY_STEP_MS = 60_000
 MAX_STEPS = 11_000
-
-Value = Vec | Matrix | F64 | str
 
 
 @dataclasses.dataclass
@@ -79,7 +86,7 @@ async def load_targets(
     the selector's ``id``; resources come through SQL, which is asynchronous."""
     needs = [n for n in _needs(root, start_ms, end_ms) if _may_read_target_info(n[0])]
     found = await asyncio.gather(*(source.targets(a, b) for _, a, b in needs))
-    return {id(sel): fetch.target_series(f) for (sel, _, _), f in zip(needs, found, strict=True)}
+    return {id(sel): mapping.target_series(f) for (sel, _, _), f in zip(needs, found, strict=True)}
 
 
 def load(
@@ -100,16 +107,16 @@ def load(
     out: dict[int, list[Series]] = {}
     for sel, a, b in needs:
         found = list(targets.get(id(sel), ()))
-        names = tuple(sorted(fetch.select_metrics(catalog, sel.matchers)))
+        names = tuple(sorted(matchers.select_metrics(catalog, sel.matchers)))
         if names:
             if (names, a, b) not in reads:
                 reads[names, a, b] = source.samples_now(names, a, b, *_kinds(catalog, names))
             found += reads[names, a, b]
-        out[id(sel)] = [s for s in found if fetch.matches_all(s.labels, sel.matchers)]
+        out[id(sel)] = [s for s in found if matchers.matches_all(s.labels, sel.matchers)]
     return out
 
 
-def _kinds(catalog: list[fetch.MetricInfo], names: tuple[str, ...]) -> tuple[set[str], list[str]]:
+def _kinds(catalog: list[mapping.MetricInfo], names: tuple[str, ...]) -> tuple[set[str], list[str]]:
     """The metric types among ``names`` and the Prometheus names they expose."""
     chosen = [info for info in catalog if info.otlp_name in names]
     return {info.metric_type for info in chosen}, sorted({n for i in chosen for n in i.names})

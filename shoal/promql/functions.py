@@ -5,29 +5,44 @@ from __future__ import annotations
 import calendar
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from shoal.errors import PromQLError
 from shoal.promql import native, ranges
-from shoal.promql.fetch import go_regex
+from shoal.promql.matchers import go_regex
 from shoal.promql.model import (
     F64,
     I64,
+    LOOKBACK_MS,
     NAME,
     LabelKey,
     Labels,
     Matrix,
+    Series,
+    Value,
     Vec,
     key,
     latest_values,
     merge_rows,
 )
-from shoal.promql.tree import Call, Selector
+from shoal.promql.tree import Call, Node, Selector
 
-if TYPE_CHECKING:
-    from shoal.promql.engine import Evaluator, Value
+
+class Evaluator(Protocol):
+    """What a function call needs of the evaluation around it
+    (:class:`shoal.promql.engine.Evaluator`)."""
+
+    data: dict[int, list[Series]]
+    """Each selector's series, by the selector's id."""
+
+    def eval(self, node: Node, ts: I64) -> Value: ...
+
+    def vector(self, node: Node, ts: I64) -> Vec: ...
+
+    def scalar(self, node: Node, ts: I64) -> F64: ...
+
 
 MATH: dict[str, Callable[[F64], F64]] = {
     "abs": np.abs,
@@ -420,8 +435,6 @@ def call(ev: Evaluator, node: Call, ts: I64) -> Value:
 
 
 def _timestamps(ev: Evaluator, sel: Selector, ts: I64) -> Vec:
-    from shoal.promql.engine import LOOKBACK_MS
-
     eff = (np.full(len(ts), sel.at_ms) if sel.at_ms is not None else ts) - sel.offset_ms
     found, values, present = latest_values(ev.data.get(id(sel), []), eff, LOOKBACK_MS, True)
     if not found:

@@ -9,11 +9,16 @@ mapping is applied when a query reads them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Mapping
 
 import numpy as np
+import pyarrow as pa
+
+from shoal.promql.model import LabelKey, Labels, Series
+from shoal.promql.model import key as label_key
 
 UNITS: dict[str, str] = {
     "d": "days",
@@ -158,9 +163,9 @@ def target_labels(resource: Mapping[str, str]) -> dict[str, str] | None:
     if not extra:
         return None
     labels: dict[str, str] = {}
-    for key in sorted(extra):
-        label = label_name(key)
-        labels[label] = f"{labels[label]};{extra[key]}" if label in labels else extra[key]
+    for name in sorted(extra):
+        label = label_name(name)
+        labels[label] = f"{labels[label]};{extra[name]}" if label in labels else extra[name]
     labels.update(job_instance(resource))
     labels["__name__"] = TARGET_INFO
     return labels
@@ -205,3 +210,74 @@ def prom_type(metric_type: str, monotonic: bool | None, temporality: int | None)
 def promoted(setting: str) -> tuple[str, ...]:
     """The resource attribute keys of ``promql_promote_resource_attributes``."""
     return tuple(sorted({k.strip() for k in setting.split(",") if k.strip()}))
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricInfo:
+    """One OTLP metric as the catalog query sees it, with its Prometheus base name."""
+
+    otlp_name: str
+    metric_type: str
+    unit: str
+    monotonic: bool | None
+    temporality: int | None
+    description: str
+    verbatim: bool = False
+    """Written by Prometheus remote write: the name is already Prometheus'."""
+
+    @property
+    def base(self) -> str:
+        if self.verbatim:
+            return self.otlp_name
+        return metric_name(self.otlp_name, self.unit, self.metric_type, self.monotonic)
+
+    @property
+    def names(self) -> list[str]:
+        return exposed_names(self.base, self.metric_type)
+
+
+def target_keys(table: pa.Table) -> list[tuple[str, str, str]]:
+    return list(
+        zip(
+            table.column("s").to_pylist(),
+            table.column("ns").to_pylist(),
+            table.column("iid").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def target_label_sets(resources: pa.Table) -> list[Labels]:
+    """The ``target_info`` label set of each resource that has attributes beyond its identity."""
+    out: dict[LabelKey, Labels] = {}
+    for raw in resources.column("resource_attributes").to_pylist():
+        labels = target_labels({str(a): str(b) for a, b in raw or []})
+        if labels is not None:
+            out.setdefault(label_key(labels), labels)
+    return list(out.values())
+
+
+def target_series(found: tuple[pa.Table, pa.Table]) -> list[Series]:
+    """``target_info`` series: value 1 whenever the resource sent a point."""
+    resources, times = found
+    labels_of: dict[tuple[str, str, str], Labels] = {}
+    for k, raw in zip(
+        target_keys(resources), resources.column("resource_attributes").to_pylist(), strict=True
+    ):
+        labels = target_labels({str(a): str(b) for a, b in raw or []})
+        if labels is not None:
+            labels_of[k] = labels
+    if not labels_of or times.num_rows == 0:
+        return []
+    t_ms = np.asarray(times.column("time_unix_nano").to_numpy(), dtype=np.int64) // 1_000_000
+    keys = target_keys(times)
+    by_target: dict[LabelKey, tuple[Labels, list[int]]] = {}
+    for k, t in zip(keys, t_ms, strict=True):
+        labels = labels_of.get(k)
+        if labels is not None:
+            by_target.setdefault(label_key(labels), (labels, []))[1].append(int(t))
+    out = []
+    for labels, ts in by_target.values():
+        t_arr = np.unique(np.asarray(ts, dtype=np.int64))
+        out.append(Series(labels, t_arr, np.ones(len(t_arr))))
+    return out

@@ -16,8 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.errors import PromQLError
-from shoal.promql import fetch, mapping, tree
-from shoal.promql.fetch import LabelMatcher
+from shoal.promql import labels as series_labels
+from shoal.promql import mapping, tree
+from shoal.promql.matchers import LabelMatcher, matches_all, select_metrics
 from shoal.promql.model import NAME, Labels, key
 from shoal.promql.output import seconds
 from shoal.promql.source import SampleSource
@@ -62,8 +63,8 @@ async def series(
                 "sorted label sets",
                 table,
                 lambda: _sorted(
-                    fetch.series_label_sets(table, source.promote)
-                    + fetch.target_label_sets(resources)
+                    series_labels.series_label_sets(table, source.promote)
+                    + mapping.target_label_sets(resources)
                 ),
                 per_series=True,
             )
@@ -76,18 +77,18 @@ async def series(
             parts.append(
                 [
                     labels
-                    for labels in fetch.target_label_sets(resources)
-                    if fetch.matches_all(labels, sel.matchers)
+                    for labels in mapping.target_label_sets(resources)
+                    if matches_all(labels, sel.matchers)
                 ]
             )
-        names = fetch.select_metrics(catalog, sel.matchers)
+        names = select_metrics(catalog, sel.matchers)
         if not names:
             continue
         table = await source.series(names, start_ms, end_ms)
         label_sets = source.memo(
             ("label sets", tuple(sorted(names))),
             table,
-            functools.partial(fetch.series_label_sets, table, source.promote),
+            functools.partial(series_labels.series_label_sets, table, source.promote),
             per_series=True,
         )
         matchers = tuple(sel.matchers)
@@ -114,7 +115,7 @@ def _sorted(label_sets: list[Labels]) -> list[Labels]:
 
 
 def _matching(label_sets: list[Labels], matchers: Sequence[LabelMatcher]) -> list[Labels]:
-    return _sorted([labels for labels in label_sets if fetch.matches_all(labels, matchers)])
+    return _sorted([labels for labels in label_sets if matches_all(labels, matchers)])
 
 
 async def label_names(
@@ -168,7 +169,7 @@ def _all_label_names(table: pa.Table, resources: pa.Table, promote: tuple[str, .
             quantiles = table.filter(pc.equal(table.column("metric_type"), "summary"))
             if pc.sum(pc.list_value_length(quantiles.column("quantile_values"))).as_py():
                 names.add("quantile")
-    for labels in fetch.target_label_sets(resources):
+    for labels in mapping.target_label_sets(resources):
         names.update(labels)
     return names
 
@@ -190,7 +191,7 @@ async def label_values(
         def every_value() -> list[str] | None:
             if name == NAME:
                 names = {n for info in catalog for n in info.names}
-                if fetch.target_label_sets(resources):
+                if mapping.target_label_sets(resources):
                     names.add(mapping.TARGET_INFO)
                 return sorted(names)
             found = _all_label_values(name, table, resources, source.promote)
@@ -215,7 +216,7 @@ def _all_label_values(
     that the mapping may override or join: several attribute keys, a promoted
     resource attribute, or an attribute named like a label the mapping sets)."""
     values: set[str] = set()
-    for labels in fetch.target_label_sets(resources):
+    for labels in mapping.target_label_sets(resources):
         if labels.get(name):
             values.add(labels[name])
     if table.num_rows == 0:
@@ -297,12 +298,12 @@ async def exemplars(
     catalog = await source.catalog(start_ms, end_ms)
     groups: dict[Any, tuple[Labels, list[dict[str, Any]]]] = {}
     for sel in matches:
-        names = fetch.select_metrics(catalog, sel.matchers)
+        names = select_metrics(catalog, sel.matchers)
         if not names:
             continue
         table = await source.exemplars(names, start_ms, end_ms)
         for row in table.to_pylist():
-            info = fetch.MetricInfo(
+            info = mapping.MetricInfo(
                 row["metric_name"],
                 row["metric_type"],
                 row["metric_unit"] or "",
@@ -328,7 +329,7 @@ async def exemplars(
                     labels["le"] = le
                 else:
                     labels = mapping.series_labels(info.base, attributes, resource, source.promote)
-                if not fetch.matches_all(labels, sel.matchers):
+                if not matches_all(labels, sel.matchers):
                     continue
                 ex_labels = {
                     mapping.label_name(str(k)): str(v) for k, v in ex["filtered_attributes"] or []

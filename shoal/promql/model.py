@@ -25,6 +25,8 @@ I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
 NAME = "__name__"
+LOOKBACK_MS = 300_000
+"""How far back an instant selector looks for a series' latest sample (Prometheus' default)."""
 HIST = "__hist__"
 """Internal label of a native histogram's component series (shoal/promql/native.py);
 never in an answer."""
@@ -85,6 +87,10 @@ class Vec:
         if len(keep) == len(self.labels):
             return self
         return self.select(keep)
+
+
+Value = Vec | Matrix | F64 | str
+"""What an expression evaluates to: instant vector, range vector, scalar or string."""
 
 
 def merge_rows(labels: Iterable[Labels], values: F64, present: Mask) -> Vec:

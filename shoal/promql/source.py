@@ -24,8 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.errors import PromQLError
-from shoal.promql.fetch import MetricInfo, SeriesRows, target_keys, to_series
+from shoal.promql.labels import SeriesRows
+from shoal.promql.mapping import MetricInfo, target_keys
 from shoal.promql.model import Series
+from shoal.promql.series import to_series
 from shoal.promwrite import SCOPE
 from shoal.sql.service import QueryService
 from shoal.storage.reader import TenantReader
@@ -72,7 +74,7 @@ CATALOG_KEYS = (
     "aggregation_temporality",
 )
 VERBATIM = f"coalesce(scope_name, '') = '{SCOPE}' AS verbatim"
-"""Whether a row came by remote write (its name is kept as written; see fetch.MetricInfo)."""
+"""Whether a row came by remote write (its name is kept as written; see mapping.MetricInfo)."""
 
 
 class SampleSource(Protocol):

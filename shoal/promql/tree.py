@@ -15,7 +15,7 @@ from typing import Any
 import promql_parser
 
 from shoal.errors import PromQLError
-from shoal.promql.fetch import LabelMatcher
+from shoal.promql.matchers import LabelMatcher
 from shoal.promql.model import NAME
 
 _MATCH_OPS = {"Equal": "=", "NotEqual": "!=", "Re": "=~", "NotRe": "!~"}

@@ -13,7 +13,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.promql import fetch, meta
+from shoal.promql import labels, mapping, meta
 from shoal.promql.source import _resources
 from shoal.schema import METRICS_SCHEMA
 
@@ -93,7 +93,7 @@ def test_column_wise_answers_equal_the_label_sets(
 ) -> None:
     table = _index(rows)
     resources = _resources(table)
-    label_sets = fetch.series_label_sets(table, promote) + fetch.target_label_sets(resources)
+    label_sets = labels.series_label_sets(table, promote) + mapping.target_label_sets(resources)
     names = {name for labels in label_sets for name in labels}
     assert meta._all_label_names(table, resources, promote) == names
     values = meta._all_label_values(label, table, resources, promote)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shoal.promql.fetch import go_regex
+from shoal.promql.matchers import go_regex
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Rows put in series order for PromQL (fetch._series_order): fast path and full sort agree."""
+"""Rows put in series order for PromQL (series._series_order): fast path and full sort agree."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.promql import fetch
-from shoal.promql.fetch import _series_order
+from shoal.promql import series
+from shoal.promql.series import _series_order
 
 
 def _runs(
@@ -68,7 +68,7 @@ def test_runs_in_any_order_are_put_in_order_without_sorting_every_row(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("every row was sorted")
 
-    monkeypatch.setattr(fetch.pc, "sort_indices", refuse)
+    monkeypatch.setattr(series.pc, "sort_indices", refuse)
     got = _series_order(code, sid, t, names=True)[0]
     assert (got == np.lexsort((t, sid, code))).all()
 
