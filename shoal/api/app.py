@@ -17,7 +17,7 @@ from collections.abc import Callable
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from shoal.api import otlp_http, prometheus, remote_read, remote_write, sql, tokens
+from shoal.api import otlp_http, prom_status, prometheus, remote_read, remote_write, sql, tokens
 from shoal.api.auth import Authenticator
 from shoal.api.direct import DirectRoutes, post_endpoints
 from shoal.api.ingest_handler import IngestHandler
@@ -63,6 +63,7 @@ def create_app(services: AppServices) -> FastAPI:
     app.state.query_service = services.query_service
     app.include_router(otlp_http.router)
     app.include_router(prometheus.router)
+    app.include_router(prom_status.router)
     app.include_router(remote_write.router)
     app.include_router(remote_read.router)
     app.include_router(tokens.router)

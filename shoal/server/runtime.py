@@ -375,6 +375,8 @@ class ServerRuntime:
             app.state.promql_promote = mapping.promoted(
                 self.config.promql_promote_resource_attributes
             )
+            app.state.settings = self.config
+            app.state.wal_damaged_segments = len(wal.recovery_report.damaged)
             await self._start_pg()
         except BaseException:
             logger.exception("startup failed")
