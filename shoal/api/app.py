@@ -17,7 +17,7 @@ from collections.abc import Callable
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from shoal.api import otlp_http, prometheus, remote_write, sql, tokens
+from shoal.api import otlp_http, prom_status, prometheus, remote_read, remote_write, sql, tokens
 from shoal.api.direct import DirectRoutes, post_endpoints
 from shoal.api.status import classify
 from shoal.auth import Authenticator
@@ -70,7 +70,9 @@ def create_app(services: AppServices) -> FastAPI:
         app.state.promql = PromQLService(service.reader, service)
     app.include_router(otlp_http.router)
     app.include_router(prometheus.router)
+    app.include_router(prom_status.router)
     app.include_router(remote_write.router)
+    app.include_router(remote_read.router)
     app.include_router(tokens.router)
 
     @app.exception_handler(ShoalError)

@@ -84,14 +84,14 @@ async def _params(request: Request) -> Params:
     return out
 
 
-def _one(params: Params, name: str) -> str | None:
+def one(params: Params, name: str) -> str | None:
     values = params.get(name)
     return values[0] if values else None
 
 
-def _range(params: Params) -> tuple[int, int]:
-    start = _one(params, "start")
-    end = _one(params, "end")
+def time_range(params: Params) -> tuple[int, int]:
+    start = one(params, "start")
+    end = one(params, "end")
     start_ms = parse_time(start, "start") if start else MIN_TIME_MS
     end_ms = parse_time(end, "end") if end else MAX_TIME_MS
     if end_ms < start_ms:
@@ -104,7 +104,7 @@ Handler = Callable[[PromQLService, str, Params], Awaitable[Any]]
 """A call's body: the service, the tenant and the call's parameters."""
 
 
-async def _serve(request: Request, handler: Handler) -> Response:
+async def serve(request: Request, handler: Handler) -> Response:
     promql: PromQLService = request.app.state.promql
     try:
         principal = request.app.state.authenticator.check(
@@ -125,12 +125,12 @@ async def _serve(request: Request, handler: Handler) -> Response:
 
 
 def _timeout(params: Params) -> float | None:
-    text = _one(params, "timeout")
+    text = one(params, "timeout")
     return parse_duration(text, "timeout") / 1000 if text else None
 
 
 def _required(params: Params, name: str) -> str:
-    text = _one(params, name)
+    text = one(params, name)
     if text is None:
         raise PromQLError(f'invalid parameter "{name}": cannot parse "" to a valid {_KINDS[name]}')
     return text
@@ -140,16 +140,16 @@ _KINDS = {"start": "timestamp", "end": "timestamp", "step": "duration"}
 
 
 async def _query(promql: PromQLService, tenant: str, params: Params) -> Any:
-    text = _one(params, "query")
+    text = one(params, "query")
     if text is None:
         raise PromQLError('invalid parameter "query": query must not be empty')
-    when = _one(params, "time")
+    when = one(params, "time")
     t_ms = parse_time(when, "time") if when else int(time.time() * 1000)
     return await promql.instant(tenant, text, t_ms, _timeout(params))
 
 
 async def _query_range(promql: PromQLService, tenant: str, params: Params) -> Any:
-    text = _one(params, "query")
+    text = one(params, "query")
     if text is None:
         raise PromQLError('invalid parameter "query": query must not be empty')
     start_ms = parse_time(_required(params, "start"), "start")
@@ -159,7 +159,7 @@ async def _query_range(promql: PromQLService, tenant: str, params: Params) -> An
 
 
 def _limit(params: Params) -> int | None:
-    text = _one(params, "limit")
+    text = one(params, "limit")
     if not text:
         return None
     try:
@@ -175,20 +175,20 @@ def _limited(found: list[T], params: Params) -> list[T]:
 
 
 async def _series(promql: PromQLService, tenant: str, params: Params) -> Any:
-    start_ms, end_ms = _range(params)
+    start_ms, end_ms = time_range(params)
     found = await promql.series(tenant, params.get("match[]", []), start_ms, end_ms)
     return _limited(found, params)
 
 
 async def _labels(promql: PromQLService, tenant: str, params: Params) -> Any:
-    start_ms, end_ms = _range(params)
+    start_ms, end_ms = time_range(params)
     names = await promql.label_names(tenant, params.get("match[]", []), start_ms, end_ms)
     return _limited(names, params)
 
 
 def _label_values(name: str) -> Handler:
     async def handler(promql: PromQLService, tenant: str, params: Params) -> Any:
-        start_ms, end_ms = _range(params)
+        start_ms, end_ms = time_range(params)
         matches = params.get("match[]", [])
         return _limited(await promql.label_values(tenant, name, matches, start_ms, end_ms), params)
 
@@ -196,8 +196,8 @@ def _label_values(name: str) -> Handler:
 
 
 async def _metadata(promql: PromQLService, tenant: str, params: Params) -> Any:
-    start_ms, end_ms = _range(params)
-    found = await promql.metadata(tenant, _one(params, "metric"), start_ms, end_ms)
+    start_ms, end_ms = time_range(params)
+    found = await promql.metadata(tenant, one(params, "metric"), start_ms, end_ms)
     limit = _limit(params)
     if limit:
         found = dict(list(found.items())[:limit])
@@ -205,10 +205,10 @@ async def _metadata(promql: PromQLService, tenant: str, params: Params) -> Any:
 
 
 async def _exemplars(promql: PromQLService, tenant: str, params: Params) -> Any:
-    text = _one(params, "query")
+    text = one(params, "query")
     if not text:
         raise PromQLError('invalid parameter "query": query must not be empty')
-    start_ms, end_ms = _range(params)
+    start_ms, end_ms = time_range(params)
     return await promql.exemplars(tenant, text, start_ms, end_ms)
 
 
@@ -223,7 +223,7 @@ for path, handler, methods in (
 
     def _make(h: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def route(request: Request) -> Response:
-            return await _serve(request, h)
+            return await serve(request, h)
 
         return route
 
@@ -232,10 +232,10 @@ for path, handler, methods in (
 
 @router.get("/api/v1/label/{name}/values", include_in_schema=False)
 async def label_values(request: Request, name: str) -> Response:
-    return await _serve(request, _label_values(name))
+    return await serve(request, _label_values(name))
 
 
-async def _static(request: Request, data: Any) -> Response:
+async def static(request: Request, data: Any) -> Response:
     try:
         request.app.state.authenticator.check(request.headers.get("authorization"), "query")
     except (AuthError, PermissionDeniedError) as exc:
@@ -245,7 +245,7 @@ async def _static(request: Request, data: Any) -> Response:
 
 @router.get("/api/v1/status/buildinfo", include_in_schema=False)
 async def buildinfo(request: Request) -> Response:
-    return await _static(
+    return await static(
         request,
         {
             "version": PROMETHEUS_VERSION,
@@ -260,9 +260,9 @@ async def buildinfo(request: Request) -> Response:
 
 @router.get("/api/v1/rules", include_in_schema=False)
 async def rules(request: Request) -> Response:
-    return await _static(request, {"groups": []})
+    return await static(request, {"groups": []})
 
 
 @router.get("/api/v1/alerts", include_in_schema=False)
 async def alerts(request: Request) -> Response:
-    return await _static(request, {"alerts": []})
+    return await static(request, {"alerts": []})

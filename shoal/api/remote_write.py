@@ -16,9 +16,10 @@ import logging
 
 from fastapi import APIRouter, Request, Response
 
+from shoal.api.bodies import read_body
 from shoal.api.status import classify
 from shoal.auth import Authenticator
-from shoal.errors import PayloadTooLargeError, UnsupportedMediaTypeError
+from shoal.errors import UnsupportedMediaTypeError
 from shoal.ingest.decoding import REMOTE_WRITE, DecodeJob
 from shoal.ingest.handler import IngestHandler, Stopwatch
 from shoal.promwrite import decode as promwrite
@@ -28,20 +29,6 @@ logger = logging.getLogger(__name__)
 router = APIRouter()
 
 WRITTEN = "X-Prometheus-Remote-Write-{}-Written"
-
-
-async def _read(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLargeError(limit)
-    chunks: list[bytes] = []
-    received = 0
-    async for chunk in request.stream():
-        received += len(chunk)
-        if received > limit:
-            raise PayloadTooLargeError(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _encoding(request: Request) -> None:
@@ -67,7 +54,7 @@ async def write(request: Request) -> Response:
         message = promwrite.message_of(request.headers.get("content-type", ""))
         _encoding(request)
         await ingest.admit()
-        body = await _read(request, limit)
+        body = await read_body(request, limit)
 
         job = DecodeJob("metrics", REMOTE_WRITE, message, limit)
         outcome = await ingest.ingest(tenant, job, body)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,16 @@ def seconds(ms: int) -> float | int:
     return ms // 1000 if ms % 1000 == 0 else ms / 1000
 
 
+def value_text(value: float) -> str:
+    """A sample value as the Prometheus API writes it: as :func:`format_float`, but with
+    an exponent below 1e-6 and from 1e21 on (``8e-300``, ``1e+21``), its JSON encoder's
+    rule."""
+    magnitude = abs(value)
+    if math.isfinite(value) and magnitude != 0 and (magnitude < 1e-6 or magnitude >= 1e21):
+        return repr(float(value))  # shortest digits, two-digit exponent at least, as Go's
+    return format_float(value)
+
+
 def metric(labels: dict[str, str]) -> dict[str, str]:
     """Labels in name order, as Prometheus writes them."""
     return dict(sorted(labels.items()))
@@ -29,13 +40,13 @@ def query_data(result: Result) -> dict[str, Any]:
         out = [seconds(int(steps[0])), result.string]
     elif result.kind == "scalar":
         assert result.scalar is not None
-        out = [seconds(int(steps[0])), format_float(float(result.scalar[0]))]
+        out = [seconds(int(steps[0])), value_text(float(result.scalar[0]))]
     elif result.kind == "vector":
         assert result.vec is not None
         vec = result.vec
         t = seconds(int(steps[0]))
         out = [
-            {"metric": metric(vec.labels[i]), "value": [t, format_float(float(vec.values[i, 0]))]}
+            {"metric": metric(vec.labels[i]), "value": [t, value_text(float(vec.values[i, 0]))]}
             for i in range(len(vec.labels))
             if vec.present[i, 0]
         ]
@@ -44,7 +55,7 @@ def query_data(result: Result) -> dict[str, Any]:
             {
                 "metric": metric(s.labels),
                 "values": [
-                    [seconds(int(t)), format_float(float(v))] for t, v in zip(s.t, s.v, strict=True)
+                    [seconds(int(t)), value_text(float(v))] for t, v in zip(s.t, s.v, strict=True)
                 ],
             }
             for s in sorted(result.samples, key=lambda s: key(s.labels))
@@ -65,7 +76,7 @@ def query_data(result: Result) -> dict[str, Any]:
             out.append(
                 {
                     "metric": metric(labels),
-                    "values": [[times[j], format_float(float(values[j]))] for j in idx],
+                    "values": [[times[j], value_text(float(values[j]))] for j in idx],
                 }
             )
     return {"resultType": result.kind, "result": out}

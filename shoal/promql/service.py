@@ -15,13 +15,30 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
 from shoal.errors import PromQLError
-from shoal.promql import engine, meta, output, tree
+from shoal.promql import ast_json, cardinality, engine, meta, output, raw, tree
+from shoal.promql import format as printer
+from shoal.promql.matchers import LabelMatcher
 from shoal.promql.params import MAX_TIME_MS, MIN_TIME_MS, parse_duration, parse_time
 from shoal.promql.source import QuerySource
 from shoal.sql.service import QueryService
 from shoal.storage.reader import TenantReader
 
-__all__ = ["MAX_TIME_MS", "MIN_TIME_MS", "PromQLService", "parse_duration", "parse_time"]
+__all__ = [
+    "MAX_TIME_MS",
+    "MIN_TIME_MS",
+    "LabelMatcher",
+    "PromQLService",
+    "RawQuery",
+    "RawSeries",
+    "duration_text",
+    "parse_duration",
+    "parse_time",
+]
+
+RawQuery = raw.RawQuery
+duration_text = printer.duration
+"""A duration as PromQL writes it (``1h30m``)."""
+RawSeries = raw.RawSeries
 
 T = TypeVar("T")
 
@@ -118,6 +135,44 @@ class PromQLService:
         root = tree.parse(text, start_ms, end_ms)
         selected = engine.selectors(root, start_ms, end_ms)
         return await meta.exemplars(self.source(tenant), selected, start_ms, end_ms)
+
+    async def tsdb_status(
+        self, tenant: str, start_ms: int, end_ms: int, limit: int
+    ) -> dict[str, Any]:
+        """``/api/v1/status/tsdb``: the cardinality of the tenant's series in the range
+        (their label sets and the series index's times: no sample is read)."""
+        label_sets = await meta.series(self.source(tenant), [], start_ms, end_ms)
+        index = await asyncio.get_running_loop().run_in_executor(
+            None,
+            self.reader.series,
+            tenant,
+            "metrics",
+            start_ms * 1_000_000,
+            (end_ms + 1) * 1_000_000 - 1,
+        )
+        first = last = 0
+        if index.num_rows:
+            first = int(min(index.column("first_ns").to_pylist())) // 1_000_000
+            last = int(max(index.column("last_ns").to_pylist())) // 1_000_000
+        return cardinality.tsdb_status(label_sets, first, last, limit)
+
+    @staticmethod
+    def format_query(text: str) -> str:
+        """``/api/v1/format_query``: ``text`` as Prometheus prints it."""
+        return printer.format_query(text)
+
+    @staticmethod
+    def parse_query(text: str) -> dict[str, Any]:
+        """``/api/v1/parse_query``: the expression's tree, as Prometheus 3 answers it."""
+        return ast_json.parse_query(text)
+
+    async def read_raw(
+        self, tenant: str, queries: Sequence[raw.RawQuery]
+    ) -> list[list[raw.RawSeries]]:
+        """Remote read: the raw samples of each query's matchers, as a PromQL range
+        selector over the query's range reads them (:mod:`shoal.promql.raw`), at most
+        ``promql_max_samples`` in all."""
+        return await raw.read(self.source(tenant), queries, self.sql.limits.max_samples)
 
 
 async def _bounded(run: Awaitable[T], timeout_s: float | None) -> T:

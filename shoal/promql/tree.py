@@ -203,11 +203,15 @@ def convert(expr: Any, start_ms: int, end_ms: int) -> Node:
     raise PromQLError(f"unsupported expression: {kind}")
 
 
-def parse(text: str, start_ms: int, end_ms: int) -> Node:
+def parse_expr(text: str) -> Any:
+    """The parser's own tree of ``text``; a ``bad_data`` error when it does not parse."""
     if not text.strip():
         raise PromQLError("empty query")
     try:
-        parsed = promql_parser.parse(text)
+        return promql_parser.parse(text)
     except (ValueError, TypeError) as exc:
         raise PromQLError(f'invalid parameter "query": {exc}') from None
-    return convert(parsed, start_ms, end_ms)
+
+
+def parse(text: str, start_ms: int, end_ms: int) -> Node:
+    return convert(parse_expr(text), start_ms, end_ms)

@@ -28,3 +28,8 @@ def decompress(block: bytes, limit: int) -> bytes:
         return bytes(cramjam.snappy.decompress_raw(block))
     except cramjam.DecompressionError as exc:
         raise DecodeError(f"body is not valid snappy (block format): {exc}") from None
+
+
+def compress(raw: bytes) -> bytes:
+    """``raw`` in snappy's block format (remote read's ``SAMPLES`` answer)."""
+    return bytes(cramjam.snappy.compress_raw(raw))

@@ -381,6 +381,8 @@ class ServerRuntime:
                 self.query_service,
                 mapping.promoted(self.config.promql_promote_resource_attributes),
             )
+            app.state.settings = self.config
+            app.state.wal_damaged_segments = len(wal.recovery_report.damaged)
             await self._start_pg()
         except BaseException:
             logger.exception("startup failed")
