@@ -31,11 +31,9 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
-
-from fastapi import Request
 
 from shoal.errors import AuthError, ConfigError, PermissionDeniedError
 
@@ -298,23 +296,6 @@ class Authenticator:
 
     def check(self, authorization: str | None, role: str) -> Principal:
         return self.authenticate(authorization).require(role)
-
-
-def require_role(role: str) -> Callable[[Request], Awaitable[Principal]]:
-    """A FastAPI dependency: the request's principal, which must hold ``role``.
-
-    A coroutine, so FastAPI runs it on the event loop: the check is a dict
-    lookup, one SHA-256 and one ``stat``, far cheaper than the hop to a worker
-    thread that FastAPI makes for a plain function.
-    """
-    if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}")
-
-    async def dependency(request: Request) -> Principal:
-        authenticator: Authenticator = request.app.state.authenticator
-        return authenticator.check(request.headers.get("authorization"), role)
-
-    return dependency
 
 
 def grpc_principal(

@@ -218,3 +218,24 @@ class OverloadedError(ShoalError):
 
 class ShuttingDownError(ShoalError):
     """The server is stopping and accepts no new work."""
+
+
+def refusal_reason(exc: BaseException) -> str:
+    """Why a request was refused, as the ``reason`` label of shoal's refusal counters:
+    the same word whichever protocol the request came by."""
+    reasons: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], str], ...] = (
+        (OverloadedError, "queue_full"),
+        (DecodeError, "malformed"),
+        ((PayloadTooLargeError, RecordTooLargeError), "too_large"),
+        (UnsupportedMediaTypeError, "unsupported_media_type"),
+        (PermissionDeniedError, "forbidden"),
+        (AuthError, "unauthenticated"),
+        (NotReadyError, "not_ready"),
+        (ShuttingDownError, "shutting_down"),
+        (WalError, "wal_unavailable"),
+        (ShoalError, "error"),
+    )
+    for kinds, reason in reasons:
+        if isinstance(exc, kinds):
+            return reason
+    return "internal"

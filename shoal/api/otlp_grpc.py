@@ -17,7 +17,8 @@ from grpc import aio
 from shoal.api.status import classify, grpc_trailing_metadata
 from shoal.auth import Authenticator, grpc_principal
 from shoal.ingest.decoding import DecodeJob
-from shoal.ingest.handler import IngestHandler, Stopwatch, export_response
+from shoal.ingest.handler import IngestHandler, Stopwatch
+from shoal.otlp.responses import export_response
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ def _export_handler(
         try:
             principal = grpc_principal(authenticator, context.invocation_metadata(), "ingest")
             tenant = principal.tenant
+            await ingest.admit()
             outcome = await ingest.ingest(tenant, DecodeJob(signal), request)
         except Exception as exc:
             status = classify(exc, retry_after_s)
@@ -50,7 +52,8 @@ def _export_handler(
             )
             raise AssertionError("unreachable: abort raises") from exc
         ingest.metrics.request(signal, "grpc", tenant, "OK", watch.elapsed())
-        return bytes(export_response(signal, outcome).SerializeToString())
+        answer = export_response(signal, outcome.rejected, outcome.error_message)
+        return bytes(answer.SerializeToString())
 
     return export
 

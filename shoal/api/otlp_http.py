@@ -19,7 +19,8 @@ from shoal.api.status import classify, http_error_body
 from shoal.auth import Authenticator
 from shoal.errors import DecodeError, PayloadTooLargeError, UnsupportedMediaTypeError
 from shoal.ingest.decoding import OTLP, OTLP_JSON, DecodeJob
-from shoal.ingest.handler import IngestHandler, Stopwatch, export_response
+from shoal.ingest.handler import IngestHandler, Stopwatch
+from shoal.otlp.responses import export_response
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ async def _export(request: Request, signal: str) -> Response:
         return Response(
             content, status.http, headers=headers, media_type=JSON if json else PROTOBUF
         )
-    message = export_response(signal, outcome)
+    message = export_response(signal, outcome.rejected, outcome.error_message)
     ingest.metrics.request(signal, "http", tenant, "200", watch.elapsed())
     if json:
         return Response(json_format.MessageToJson(message, indent=None), 200, media_type=JSON)

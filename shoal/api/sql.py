@@ -28,7 +28,8 @@ import pyarrow as pa
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from shoal.auth import Principal, require_role
+from shoal.api.access import require_role
+from shoal.auth import Principal
 from shoal.errors import QueryError, QueryLimitError
 from shoal.sql.encoders import ENCODERS, FORMATS, StreamStatus
 from shoal.sql.service import Prepared, QueryResult, QueryService

@@ -17,13 +17,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
+from shoal.api.access import require_role
 from shoal.auth import (
     Authenticator,
     Principal,
     TokenRecord,
     first_token_note,
     parse_roles,
-    require_role,
 )
 from shoal.errors import ConfigError
 

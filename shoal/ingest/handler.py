@@ -21,22 +21,10 @@ import logging
 import time
 from typing import Protocol
 
-from google.protobuf.message import Message
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsPartialSuccess,
-    ExportLogsServiceResponse,
-)
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsPartialSuccess,
-    ExportMetricsServiceResponse,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTracePartialSuccess,
-    ExportTraceServiceResponse,
-)
+import pyarrow as pa
 
-from shoal.api.status import classify
-from shoal.ingest.ack import BACKLOG_POLL_S, Ack, IngestSink
+from shoal.errors import refusal_reason
+from shoal.ingest.ack import Ack
 from shoal.ingest.decoding import Decoded, DecodeJob, DecodeRunner, ThreadDecoder
 
 logger = logging.getLogger(__name__)
@@ -56,10 +44,6 @@ class IngestMetrics(Protocol):
     def request(self, signal: str, protocol: str, tenant: str, status: str, seconds: float) -> None:
         return None
 
-    def waited(self, seconds: float) -> None:
-        """A request was held back ``seconds`` by the flusher's backlog."""
-        return None
-
 
 class NoopIngestMetrics(IngestMetrics):
     """Reports nothing."""
@@ -74,31 +58,33 @@ class IngestOutcome:
     exemplars: int = 0
 
 
-_RESPONSES: dict[str, tuple[type[Message], type[Message], str]] = {
-    "metrics": (
-        ExportMetricsServiceResponse,
-        ExportMetricsPartialSuccess,
-        "rejected_data_points",
-    ),
-    "logs": (ExportLogsServiceResponse, ExportLogsPartialSuccess, "rejected_log_records"),
-    "spans": (ExportTraceServiceResponse, ExportTracePartialSuccess, "rejected_spans"),
-}
-"""Per signal: the Export*ServiceResponse, its partial-success message, the count's field."""
+class IngestSink(Protocol):
+    """Where decoded rows go: the queue in front of the WAL (:class:`Ingestor`)."""
 
+    async def admit(self) -> None:
+        """Raise (not ready, shutting down, queue full) before any work is spent on a
+        request; hold it back first while the flusher's backlog is over its cap."""
+        ...
 
-def export_response(signal: str, outcome: IngestOutcome | None) -> Message:
-    """The signal's ``Export*ServiceResponse``; partial_success only when points were dropped."""
-    response, partial, field = _RESPONSES[signal]
-    rejected = outcome.rejected if outcome else 0
-    if not rejected:
-        return response()
-    message = outcome.error_message if outcome else ""
-    return response(partial_success=partial(**{field: rejected, "error_message": message}))
+    def append(
+        self,
+        tenant: str,
+        signal: str,
+        table: pa.Table,
+        ack: Ack,
+        payload: bytes | None = None,
+        source: tuple[DecodeJob, bytes] | None = None,
+        all_null: tuple[bool, ...] | None = None,
+    ) -> None:
+        """On a worker thread: take a queue slot for ``table`` of ``tenant``, encode and
+        append it (``payload``, when given, is its WAL payload, already encoded;
+        ``source``, the job and body the rows were decoded from, which the sink may log
+        instead of the rows; ``all_null``, per column, whether every row is null, when
+        the decoder said).
 
-
-MAX_HELD = 64
-"""Most requests held back at once; more are refused at once (each holds its connection,
-and over gRPC its message)."""
+        Raises if it is refused at once; otherwise ``ack`` is resolved with the WAL LSN
+        once the rows are durable (and among the unflushed rows), or failed."""
+        ...
 
 
 class IngestHandler:
@@ -115,7 +101,6 @@ class IngestHandler:
         self.decoder: DecodeRunner = decoder or ThreadDecoder()
         self.metrics: IngestMetrics = metrics or NoopIngestMetrics()
         self._max_error_chars = max_error_chars
-        self._held = 0
 
     def _decoded(
         self,
@@ -145,28 +130,16 @@ class IngestHandler:
 
     async def admit(self) -> None:
         """Raise when a request is refused (not ready, shutting down, queue full), before
-        its body is read; while the flusher's backlog is over its cap, first wait up to
-        the sink's ``backlog_wait_s`` for it to come back under.
-
-        A sender held back here, its body still unread, is slowed down by the flusher's
-        pace instead of refused: refused, it would sleep its whole backoff however soon
-        the flush round ended (docs/rationale.md)."""
-        wait_s = self.sink.backlog_wait_s
-        if wait_s > 0 and self._held < MAX_HELD and self.sink.backlogged():
-            began = time.monotonic()
-            self._held += 1
-            try:
-                while self.sink.backlogged() and time.monotonic() - began < wait_s:
-                    await asyncio.sleep(BACKLOG_POLL_S)
-            finally:
-                self._held -= 1
-                self.metrics.waited(time.monotonic() - began)
-        self.sink.check_admission()
+        its body is read or decoded; while the flusher's backlog is over its cap, first
+        hold the request back for up to ``backlog_wait_s`` (:meth:`IngestQueue.admit`).
+        Every door awaits this once per request, before anything else is spent on it."""
+        await self.sink.admit()
 
     async def ingest(self, tenant: str, job: DecodeJob, body: bytes) -> IngestOutcome:
-        """Raises DecodeError, OverloadedError, WAL errors and the like; the caller maps them."""
+        """Decode, append and await durability for a request :meth:`admit` let in.
+
+        Raises DecodeError, OverloadedError, WAL errors and the like; the caller maps them."""
         signal = job.signal
-        await self.admit()
         if not body:
             return IngestOutcome(0, 0, "")
         ack = Ack(asyncio.get_running_loop())
@@ -185,7 +158,7 @@ class IngestHandler:
             if ack.rejected:
                 self.metrics.rejected(signal, tenant, "invalid", ack.rejected)
             if ack.accepted:
-                self.metrics.rejected(signal, tenant, classify(exc).reason, ack.accepted)
+                self.metrics.rejected(signal, tenant, refusal_reason(exc), ack.accepted)
             raise
         if ack.rejected:
             self.metrics.rejected(signal, tenant, "invalid", ack.rejected)

@@ -73,22 +73,18 @@ class Ingestor:
         """Stop accepting new requests; admitted ones still complete."""
         self.state = State.DRAINING
 
-    def check_admission(self) -> None:
+    async def admit(self) -> None:
+        """Refuse a request when not ready or draining, else as the queue decides
+        (:meth:`IngestQueue.admit`, which may hold it back first)."""
         self._check_state()
-        self.queue.check()
+        await self.queue.admit()
+        self._check_state()  # it may have been held back meanwhile
 
     def _check_state(self) -> None:
         if self.state is State.STARTING:
             raise NotReadyError("shoal is starting (replaying the WAL); retry shortly")
         if self.state is State.DRAINING:
             raise ShuttingDownError("shoal is shutting down; retry against the restarted server")
-
-    @property
-    def backlog_wait_s(self) -> float:
-        return self.queue.backlog_wait_s
-
-    def backlogged(self) -> bool:
-        return self.state is State.READY and self.queue.backlogged()
 
     def append(
         self,

@@ -1,4 +1,8 @@
-"""The bounded ingest queue: admission by requests and by bytes.
+"""The bounded ingest queue: admission by requests and by bytes, and the flusher's backlog.
+
+This is ingest's one admission and backpressure path, at its two moments: every door
+awaits :meth:`IngestQueue.admit` before it reads or decodes a request, and the ingestor
+calls :meth:`IngestQueue.acquire` for the decoded rows before their WAL append.
 
 The queue is the budget in front of the WAL writer. A request holds a slot
 from admission (after decoding) until the WAL has fsynced it; a request that
@@ -21,12 +25,21 @@ Depth and bytes are read on scrape; overflows are counted by reason.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
 
 from shoal.errors import OverloadedError
-from shoal.ingest.ack import BACKLOG_POLL_S
+
+BACKLOG_POLL_S = 0.005
+"""How often a request held back by the flusher's backlog looks at it again: a flush
+round frees a whole ``flush_max_bytes`` at once, and the request goes on within this
+of it."""
+
+MAX_HELD = 64
+"""Most requests held back at once before their bodies are read; more are refused at
+once (each holds its connection, and over gRPC its message)."""
 
 
 class IngestQueue:
@@ -53,6 +66,7 @@ class IngestQueue:
         self._requests = 0
         self._bytes = 0
         self._drained = threading.Condition(self._lock)
+        self._held = 0
 
     @property
     def depth(self) -> int:
@@ -61,6 +75,26 @@ class IngestQueue:
     @property
     def bytes(self) -> int:
         return self._bytes
+
+    async def admit(self) -> None:
+        """Before a request's body is read or decoded: while the backlog is over its cap,
+        hold the request back (on the event loop) for up to ``backlog_wait_s``, then
+        refuse it (OverloadedError) if no slot is free or the backlog is still over.
+
+        A sender held back here, its body still unread, is slowed down by the flusher's
+        pace instead of refused: refused, it would sleep its whole backoff however soon
+        the flush round ended (docs/rationale.md)."""
+        if self.backlog_wait_s > 0 and self._held < MAX_HELD and self.backlogged():
+            began = time.monotonic()
+            self._held += 1
+            try:
+                while self.backlogged() and time.monotonic() - began < self.backlog_wait_s:
+                    await asyncio.sleep(BACKLOG_POLL_S)
+            finally:
+                self._held -= 1
+                if self._on_wait is not None:
+                    self._on_wait(time.monotonic() - began)
+        self.check()
 
     def check(self) -> None:
         """Refuse early (before a body is read or decoded) when no request slot is free."""

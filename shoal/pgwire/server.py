@@ -19,8 +19,9 @@ import ipaddress
 import logging
 import secrets
 import ssl
-from typing import Any, Protocol
+from typing import Any
 
+from shoal.auth import Authenticator
 from shoal.errors import AuthError
 from shoal.pgwire import codec, statements
 from shoal.pgwire.session import Session
@@ -32,17 +33,6 @@ DATABASE = "shoal"
 READ_BYTES = 64 * 1024
 AUTH_TIMEOUT_S = 30.0
 """A client must finish startup and authentication within this time."""
-
-
-class Principal(Protocol):
-    @property
-    def tenant(self) -> str: ...
-
-
-class Authenticator(Protocol):
-    """What the listener needs of :class:`shoal.auth.Authenticator`."""
-
-    def check(self, authorization: str | None, role: str) -> Principal: ...
 
 
 class _Closed(Exception):

@@ -35,22 +35,22 @@ from shoal.api.app import AppServices, create_app, front_door
 from shoal.api.otlp_grpc import create_server
 from shoal.auth import Authenticator, TokenStore
 from shoal.config import Config
-from shoal.errors import ConfigError, WalError
-from shoal.ingest import records
+from shoal.errors import ConfigError
 from shoal.ingest.decoding import DecodeRunner, ThreadDecoder
 from shoal.ingest.handler import IngestHandler
 from shoal.ingest.ingestor import Ingestor
 from shoal.ingest.processes import ProcessDecoder
 from shoal.ingest.queue import IngestQueue
+from shoal.ingest.replay import replay
 from shoal.pgwire.server import PgServer
 from shoal.promql import mapping
 from shoal.promql.service import PromQLService
 from shoal.server import http, preflight
-from shoal.server.flusher import Flusher
 from shoal.server.preflight import INGEST_THREADS, UNFLUSHED_LIMIT_FLUSHES
 from shoal.server.telemetry import ServerMetrics, StorageMetricsAdapter, WalMetricsAdapter
 from shoal.sql.service import QueryService
 from shoal.storage import layout
+from shoal.storage.flusher import Flusher
 from shoal.storage.reader import TenantReader
 from shoal.storage.store import TableStore
 from shoal.storage.unflushed import UnflushedRows
@@ -237,7 +237,7 @@ class ServerRuntime:
         return self._ready
 
     def open_storage(self) -> tuple[TableStore, Wal]:
-        """Open the tables and the WAL, and replay the WAL into the snapshot."""
+        """Open the tables and the WAL, and replay the WAL into the unflushed rows."""
         started = time.perf_counter()
         store = self.store = TableStore(
             self.data_dir,
@@ -248,7 +248,7 @@ class ServerRuntime:
         committed: dict[tuple[str, str], int] = {}
         for tenant in store.tenants():
             for table in store.tables(tenant):
-                committed[(tenant, table)] = store.open(tenant, table).committed_lsn()
+                committed[(tenant, table)] = store.committed_lsn(tenant, table)
         wal = self.wal = Wal.open(
             self.data_dir / "wal",
             fsync=self.config.wal_fsync,
@@ -260,31 +260,9 @@ class ServerRuntime:
             # LSNs must stay above every committed one, even if the WAL directory was lost.
             min_next_lsn=max(committed.values(), default=0) + 1,
         )
-        replayed = skipped = 0
-        # Replay from the start of the log, not from the smallest committed LSN: a table
-        # whose first flush failed has no Delta log yet, so no committed LSN to start from.
-        for record in wal.replay(0):
-            header = records.decode_header(record.payload)
-            key = (header.tenant, header.table)
-            if key not in committed:
-                exists = store.exists(*key)
-                committed[key] = store.open(*key).committed_lsn() if exists else 0
-            if record.lsn > committed[key]:
-                try:
-                    tenant, table, data = records.decode(record.payload)
-                except WalError as exc:  # nothing is skipped: the start stops here
-                    raise WalError(
-                        f"WAL record {record.lsn} cannot be read back ({exc}); the server "
-                        "does not start without it (`shoal wal verify` lists the segments)"
-                    ) from None
-                size = records.rows_bytes(tenant, table, data)
-                self.unflushed.add(tenant, table, record.lsn, data, size)
-                replayed += 1
-            else:
-                self.unflushed.note_lsn(record.lsn)
-                skipped += 1
+        replayed, skipped = replay(wal.replay(0), store, self.unflushed)
         logger.info(
-            "replayed %d WAL record(s) (%d rows) into the snapshot, %d already committed, "
+            "replayed %d WAL record(s) (%d rows) into the unflushed rows, %d already committed, "
             "in %.2fs",
             replayed, self.unflushed.rows, skipped, time.perf_counter() - started,
         )  # fmt: skip

@@ -62,6 +62,10 @@ class TableStore:
     def exists(self, tenant: str, table: str) -> bool:
         return (self.table_path(tenant, table) / "_delta_log").is_dir()
 
+    def committed_lsn(self, tenant: str, table: str) -> int:
+        """The WAL LSN the table's flushes have committed (0 before the first)."""
+        return self.open(tenant, table).committed_lsn()
+
     def open(
         self, tenant: str, table: str, spec: TableSpec | None = None, *, create: bool = True
     ) -> Table:

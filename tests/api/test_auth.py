@@ -11,6 +11,7 @@ import httpx
 import pytest
 from fastapi import Depends, FastAPI
 
+from shoal.api.access import require_role
 from shoal.auth import (
     ROLES,
     Authenticator,
@@ -18,7 +19,6 @@ from shoal.auth import (
     TokenStore,
     grpc_principal,
     parse_roles,
-    require_role,
 )
 from shoal.errors import AuthError, ConfigError, PermissionDeniedError
 

@@ -91,7 +91,7 @@ def test_the_table_names_the_routers_own_endpoints() -> None:
 class _Unreached:
     """A sink no request here reaches: each is refused at authentication."""
 
-    def check_admission(self) -> None:
+    async def admit(self) -> None:
         raise AssertionError("an unauthenticated request reached the sink")
 
     def append(self, *args: Any, **kwargs: Any) -> None:

@@ -1,16 +1,16 @@
-"""The flusher: moves acknowledged rows from the snapshot into the Delta tables.
+"""The flusher: moves acknowledged rows from the unflushed rows into the Delta tables.
 
-One thread. A round starts when the snapshot holds ``flush_max_bytes`` or its
+One thread. A round starts when the unflushed rows hold ``flush_max_bytes`` or its
 oldest row is ``flush_max_age_s`` old (and on shutdown); the thresholds are
-checked every 50 ms, since at full ingest rate a longer pause lets the snapshot
+checked every 50 ms, since at full ingest rate a longer pause lets the unflushed rows
 grow well past ``flush_max_bytes`` before the round starts. It takes an LSN
 ``L`` and every table's batches up to ``L`` in one step (``L`` is the last LSN,
-or, when the snapshot holds more than ``flush_max_bytes``, the first at which
+or, when the unflushed rows hold more than ``flush_max_bytes``, the first at which
 the rows up to it reach that: a round's sorted copies then stay one round's
 worth, however far behind ingest the flusher is), writes and
 commits each table with ``wal_lsn=L`` (no lock held), drops that table's
-flushed batches from the snapshot, and once every table succeeded truncates the
-WAL below ``L + 1``. A table whose flush fails keeps its rows in the snapshot
+flushed batches from the unflushed rows, and once every table succeeded truncates the
+WAL below ``L + 1``. A table whose flush fails keeps its rows among the unflushed rows
 and the WAL and is retried next round: nothing is dropped.
 
 When a whole flush's worth of rows (``flush_max_bytes``) waits at the end of a
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 TRIM_EVERY_S = 5.0
 """While rows keep arriving, the allocator's unused pages are handed back at most this
-often (and whenever a round leaves the snapshot empty)."""
+often (and whenever a round leaves no unflushed rows)."""
 
 
 class FlushTable(Protocol):
@@ -189,7 +189,7 @@ class Flusher:
 
     def _hand_back_pages(self) -> None:
         """Give the allocator's unused pages back to the kernel when the load has stopped
-        (the snapshot is empty) or :data:`TRIM_EVERY_S` has passed.
+        (no rows are left unflushed) or :data:`TRIM_EVERY_S` has passed.
 
         A round's sorted copies are freed at its end. While rows keep arriving the next
         round reuses those pages; handed back after every round, the kernel faulted and

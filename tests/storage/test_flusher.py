@@ -16,9 +16,9 @@ from loadtest import payloads
 from loadtest.ingest import BASE_NS
 from shoal import otlp
 from shoal.ingest import records
-from shoal.server.flusher import TRIM_EVERY_S, Flusher, FlushStore, FlushTable
 from shoal.server.telemetry import ServerMetrics
 from shoal.storage import faults
+from shoal.storage.flusher import TRIM_EVERY_S, Flusher, FlushStore, FlushTable
 from shoal.storage.store import TableStore
 from shoal.storage.types import CommitResult
 from shoal.storage.unflushed import UnflushedRows

@@ -13,7 +13,7 @@ from loadtest import payloads
 from shoal.errors import DecodeError, OverloadedError, WalError
 from shoal.ingest import records
 from shoal.ingest.decoding import DecodeJob, ThreadDecoder
-from shoal.ingest.handler import IngestHandler, IngestMetrics
+from shoal.ingest.handler import IngestHandler, IngestMetrics, IngestOutcome
 from shoal.ingest.ingestor import Ingestor
 from shoal.ingest.queue import IngestQueue
 from shoal.storage.unflushed import UnflushedRows
@@ -56,6 +56,11 @@ class _Parts:
         self.executor = ThreadPoolExecutor(2)
         self.handler = IngestHandler(self.ingestor, ThreadDecoder(self.executor), self.waits)
 
+    async def send(self, job: DecodeJob, body: bytes) -> IngestOutcome:
+        """What a door does with a request of tenant ``acme``: admit it, then ingest it."""
+        await self.handler.admit()
+        return await self.handler.ingest("acme", job, body)
+
     def close(self) -> None:
         self.executor.shutdown()
         self.wal.shutdown()
@@ -70,7 +75,7 @@ def test_concurrent_requests_are_durable_visible_and_released(tmp_path: Path) ->
     seen_before_ack: list[int] = []
 
     async def one(seed: int) -> None:
-        outcome = await parts.handler.ingest("acme", METRICS, _body(50, seed))
+        outcome = await parts.send(METRICS, _body(50, seed))
         assert (outcome.accepted, outcome.rejected) == (50, 0)
         # The rows were in the snapshot before the request was acknowledged.
         seen_before_ack.append(parts.unflushed.rows)
@@ -96,16 +101,16 @@ def test_refusals_reach_the_caller(tmp_path: Path) -> None:
     parts = _Parts(tmp_path, max_requests=1)
     try:
         with pytest.raises(DecodeError):
-            asyncio.run(parts.handler.ingest("acme", METRICS, b"\xff\xff\xff"))
+            asyncio.run(parts.send(METRICS, b"\xff\xff\xff"))
         parts.queue.acquire(1)  # the one request slot is taken
         with pytest.raises(OverloadedError):
-            asyncio.run(parts.handler.ingest("acme", METRICS, _body(5, 1)))
+            asyncio.run(parts.send(METRICS, _body(5, 1)))
         parts.queue.release(1)
-        empty = asyncio.run(parts.handler.ingest("acme", METRICS, b""))
+        empty = asyncio.run(parts.send(METRICS, b""))
         assert (empty.accepted, empty.rejected) == (0, 0)
         parts.wal.shutdown()
         with pytest.raises(WalError):
-            asyncio.run(parts.handler.ingest("acme", METRICS, _body(5, 2)))
+            asyncio.run(parts.send(METRICS, _body(5, 2)))
         assert parts.unflushed.rows == 0
         assert parts.queue.depth == 0
     finally:
@@ -131,7 +136,7 @@ def test_rows_shared_with_the_series_cache_count_the_bytes_they_hold(tmp_path: P
     parts = _Parts(tmp_path)
     try:
         for count, t_ms in ((4000, 1), (100, 2), (100, 3)):
-            outcome = asyncio.run(parts.handler.ingest("acme", job, body(count, t_ms)))
+            outcome = asyncio.run(parts.send(job, body(count, t_ms)))
             assert outcome.accepted == count
         payloads = [r.payload for r in parts.wal.replay(0)]
         encoded = [len(records.encode(*records.decode(p))) for p in payloads]
@@ -153,9 +158,9 @@ def test_a_request_is_held_back_while_the_flusher_is_behind_and_goes_on_when_it_
     parts = _Parts(tmp_path, max_backlog_bytes=1, backlog_wait_s=30.0)
 
     async def main() -> None:
-        first = await parts.handler.ingest("acme", METRICS, _body(50, 1))
+        first = await parts.send(METRICS, _body(50, 1))
         assert first.accepted == 50 and parts.queue.backlogged()  # over its 1-byte cap
-        held = asyncio.create_task(parts.handler.ingest("acme", METRICS, _body(40, 2)))
+        held = asyncio.create_task(parts.send(METRICS, _body(40, 2)))
         await asyncio.sleep(0.3)
         assert not held.done() and parts.unflushed.rows == 50  # held, not yet decoded
         parts.unflushed.drop_through("acme", "metrics", parts.wal.last_lsn)  # flushed
@@ -176,9 +181,9 @@ def test_a_request_held_back_for_all_of_backlog_wait_s_is_refused_retryably(
 ) -> None:
     parts = _Parts(tmp_path, max_backlog_bytes=1, backlog_wait_s=0.2)
     try:
-        asyncio.run(parts.handler.ingest("acme", METRICS, _body(50, 1)))
+        asyncio.run(parts.send(METRICS, _body(50, 1)))
         with pytest.raises(OverloadedError) as info:
-            asyncio.run(parts.handler.ingest("acme", METRICS, _body(40, 2)))
+            asyncio.run(parts.send(METRICS, _body(40, 2)))
         assert info.value.reason == "snapshot"
         assert parts.unflushed.rows == 50 and parts.queue.depth == 0
         assert len(parts.waits.seconds) == 1 and parts.waits.seconds[0] >= 0.2
@@ -193,7 +198,7 @@ def test_a_decoded_request_is_held_back_on_the_ingest_thread_then_appended(
     rows of requests decoded meanwhile): the queue holds it back there too."""
     parts = _Parts(tmp_path, max_backlog_bytes=1, backlog_wait_s=30.0)
     try:
-        asyncio.run(parts.handler.ingest("acme", METRICS, _body(50, 1)))
+        asyncio.run(parts.send(METRICS, _body(50, 1)))
         timer = threading.Timer(
             0.3, parts.unflushed.drop_through, args=("acme", "metrics", parts.wal.last_lsn)
         )
