@@ -174,3 +174,12 @@ def test_memory_table_states_the_default_budget() -> None:
 )
 def test_quantities_read_as_written(text: str, value: float | str) -> None:
     assert _quantity(text) == value
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/operations.md", "docs/grafana.md"])
+def test_pages_that_create_tokens_warn_that_the_first_ends_anonymous_access(page: str) -> None:
+    text = " ".join((OPERATIONS.parents[1] / page).read_text().split())
+    assert "first token ends anonymous access" in text, (
+        f"{page} does not warn that the first token ends anonymous access"
+    )
+    assert "tenant `default`" in text and "--tenant default --role query" in text, page
