@@ -119,7 +119,12 @@ SETTINGS: tuple[Setting, ...] = (
     # -- process and network
     Setting("data_dir", "./shoal-data", str, "Directory holding the WAL, tables and tokens."),
     Setting("bind", "127.0.0.1", str, "Address the HTTP and gRPC listeners bind to."),
-    Setting("http_port", 4318, _parse_port, "OTLP/HTTP, SQL and admin port."),
+    Setting(
+        "http_port",
+        4318,
+        _parse_port,
+        "OTLP/HTTP, remote write, SQL, the Prometheus API and admin port.",
+    ),
     Setting("grpc_port", 4317, _parse_port, "OTLP/gRPC port."),
     Setting(
         "pg_enabled",

@@ -18,6 +18,7 @@ import dataclasses
 import grpc
 from google.protobuf import duration_pb2, json_format
 from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status as grpc_rpc_status
 
 from shoal.errors import (
     AuthError,
@@ -99,15 +100,14 @@ def grpc_trailing_metadata(status: ErrorStatus, message: str) -> tuple[tuple[str
     """Trailers carrying the RetryInfo of a retryable error.
 
     ``grpc-status-details-bin`` holds the ``google.rpc.Status`` with a RetryInfo
-    detail (what the Collector's exporter reads); ``google.rpc.retryinfo-bin``
-    holds the bare RetryInfo (what the OpenTelemetry Python exporter reads).
+    detail (what the Collector's exporter reads), as grpcio-status builds it;
+    ``google.rpc.retryinfo-bin`` holds the bare RetryInfo (what the OpenTelemetry
+    Python exporter reads).
     """
     if status.retry_after_s is None:
         return ()
     rpc = rpc_status(status.grpc, message, status.retry_after_s)
     info = error_details_pb2.RetryInfo()
     rpc.details[0].Unpack(info)
-    return (
-        ("grpc-status-details-bin", rpc.SerializeToString()),
-        ("google.rpc.retryinfo-bin", info.SerializeToString()),
-    )
+    details: tuple[tuple[str, bytes], ...] = grpc_rpc_status.to_status(rpc).trailing_metadata
+    return (*details, ("google.rpc.retryinfo-bin", info.SerializeToString()))

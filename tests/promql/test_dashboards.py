@@ -167,13 +167,108 @@ def test_two_dashboards_on_the_provisioned_data_source() -> None:
     assert {d["uid"] for d in dashboards} == {"shoal-host-metrics", "shoal-http-server"}
     provisioning = (ROOT / "provisioning" / "datasources" / "shoal-prometheus.yaml").read_text()
     assert re.search(r"^\s+type: prometheus$", provisioning, re.M)
-    assert re.search(r"^\s+uid: shoal-prometheus$", provisioning, re.M)
     assert re.search(r"^\s+prometheusType: Prometheus$", provisioning, re.M)
     assert re.search(r"^\s+prometheusVersion: 2\.42\.0$", provisioning, re.M)
     assert re.search(r"^\s+httpHeaderName1: Authorization$", provisioning, re.M)
     for d in dashboards:
         for p in d["panels"]:
-            assert p["datasource"]["uid"] == "shoal-prometheus"
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
+# -- both ways into Grafana: provisioning and the UI's import ------------------------------
+#
+# Grafana's import (pkg/services/dashboardimport/utils/dash_template_evaluator.go) replaces
+# each ${NAME} of the dashboard's `__inputs` with the data source picked in the import form
+# and fails when an input is not given; file provisioning stores the JSON as it is, so a
+# ${DS_...} placeholder stays a literal uid that names no data source (grafana#10786). A
+# data source *variable* (`type: datasource`, `query`: a plugin id) resolves at view time on
+# both ways: its options are the data sources whose plugin id, or an alias of it, matches
+# the query (public/app/features/variables/datasource/reducer.ts, matchPluginId), and an
+# empty `current` picks the default or the first of them, as Grafana's export leaves it.
+
+# plugin ids a data source variable's query matches (the plugin and its aliasIDs)
+PLUGIN_IDS = {
+    "prometheus": {"prometheus"},
+    "postgres": {"grafana-postgresql-datasource", "postgres"},
+}
+# what Grafana itself substitutes in panel and variable queries
+BUILTINS = {"__all", "__rate_interval", "__interval", "__range", "__timeFilter", "__timeGroupAlias",
+            "__timeGroup", "__from", "__to"}  # fmt: skip
+
+
+def _all_dashboards() -> dict[str, dict[str, Any]]:
+    return {p.name: json.loads(p.read_text()) for p in sorted((ROOT / "dashboards").glob("*.json"))}
+
+
+def _refs(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Every `datasource` value in the dashboard, with where it is."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "datasource":
+                yield f"{path}.datasource", value
+            yield from _refs(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from _refs(item, f"{path}[{i}]")
+
+
+def _strings(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for value in node.values():
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _strings(item)
+    elif isinstance(node, str):
+        yield node
+
+
+@pytest.mark.parametrize("name", sorted(_all_dashboards()))
+def test_data_sources_are_a_variable_not_a_uid(name: str) -> None:
+    dashboard = _all_dashboards()[name]
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    source = variables.get("datasource")
+    assert source and source["type"] == "datasource", f"{name}: no data source variable"
+    assert source["current"] == {} and source["options"] == [], f"{name}: a stored choice"
+    plugin_ids = PLUGIN_IDS[source["query"]]
+    refs = list(_refs(dashboard))
+    assert len(refs) >= len(dashboard["panels"]) * 2
+    for where, ref in refs:
+        assert isinstance(ref, dict), f"{name}{where}: {ref!r} names a data source by name"
+        assert ref.get("uid") in ("${datasource}", "$datasource"), f"{name}{where}: {ref}"
+        assert ref.get("type") in plugin_ids, f"{name}{where}: {ref}"
+    for target in (t for p in dashboard["panels"] for t in p["targets"]):
+        assert "datasource" in target, f"{name}: a target without a data source"
+
+
+@pytest.mark.parametrize("name", sorted(_all_dashboards()))
+def test_the_json_imports_and_provisions_alike(name: str) -> None:
+    """No `__inputs` to fill (provisioning would leave them unfilled), every `$name` a
+    variable of the dashboard or one Grafana provides, and no provisioned data source's
+    uid anywhere, so the dashboard works under any data source names."""
+    dashboard = _all_dashboards()[name]
+    assert not dashboard.get("__inputs"), f"{name}: __inputs resolve only on the UI's import"
+    assert "id" not in dashboard or dashboard["id"] is None
+    assert re.fullmatch(r"[a-z0-9-]{1,40}", dashboard["uid"])
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    for text in _strings(dashboard):
+        for ref in re.findall(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", text):
+            used = ref[0] or ref[1]
+            assert used in variables or used in BUILTINS, f"{name}: ${used} is not defined"
+    provisioned = (ROOT / "provisioning" / "datasources").glob("*.yaml")
+    uids = {m for p in provisioned for m in re.findall(r"^\s+uid: (\S+)$", p.read_text(), re.M)}
+    text = json.dumps(dashboard)
+    assert not [u for u in uids if u in text], f"{name} names a provisioned data source's uid"
+
+
+def test_provisioned_data_sources_are_what_the_variables_list() -> None:
+    """Each dashboard's variable finds a provisioned data source of its kind."""
+    types = set()
+    for path in (ROOT / "provisioning" / "datasources").glob("*.yaml"):
+        types |= set(re.findall(r"^\s+type: (\S+)$", path.read_text(), re.M))
+    for name, dashboard in _all_dashboards().items():
+        (source,) = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
+        assert PLUGIN_IDS[source["query"]] & types, f"{name}: nothing provisioned for it"
 
 
 def test_every_panel_query_answers_with_data(api: tuple[SyncClient, dict[str, str]]) -> None:
@@ -208,6 +303,8 @@ def test_variable_queries(api: tuple[SyncClient, dict[str, str]]) -> None:
     answers = {}
     for d in _dashboards():
         for var in d["templating"]["list"]:
+            if var["type"] == "datasource":
+                continue
             metric, label = re.fullmatch(
                 r"label_values\((\w+), (\w+)\)", var["query"]["query"]
             ).groups()  # type: ignore[union-attr]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -34,6 +35,7 @@ class Flood:
         self.retry_after: set[str] = set()
         self.bodies: list[bytes] = []
         self.grpc_trailers: list[dict[str, bytes]] = []
+        self.grpc_statuses: list[status_pb2.Status | str | None] = []
         self.body = payloads.metrics_request(points=500, series=50, start_ns=BASE_NS)
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
         self._lock = threading.Lock()
@@ -77,6 +79,12 @@ class Flood:
                     if exc.code() == grpc.StatusCode.UNAVAILABLE and len(self.grpc_trailers) < 3:
                         with self._lock:
                             self.grpc_trailers.append(dict(exc.trailing_metadata()))
+                            # grpcio-status' reader: the Status must agree with the call's
+                            # own code and message, or it raises ValueError
+                            try:
+                                self.grpc_statuses.append(rpc_status.from_call(exc))
+                            except ValueError as bad:
+                                self.grpc_statuses.append(str(bad))
                 with self._lock:
                     self.statuses[code] += 1
 
@@ -179,6 +187,11 @@ def test_overload_answers_retryably_and_the_sdk_loses_nothing(
     details = status_pb2.Status.FromString(trailers[0]["grpc-status-details-bin"])
     assert details.code == grpc.StatusCode.UNAVAILABLE.value[0]
     assert details.details[0].Unpack(info) and info.retry_delay.seconds == 1
+    read = [s for f in floods["grpc"] for s in f.grpc_statuses]
+    assert read, "no UNAVAILABLE read"
+    for rich in read:
+        assert isinstance(rich, status_pb2.Status), f"grpcio-status cannot read it: {rich}"
+        assert rich.details[0].Is(info.DESCRIPTOR)
     text = scrape(server, scrape_token)
     assert metric_value(text, "shoal_ingest_requests_total", status="RESOURCE_EXHAUSTED") == 0
     assert metric_value(text, "shoal_ingest_queue_overflow_total") > 0
