@@ -147,7 +147,7 @@ def test_port_table_states_the_default_ports() -> None:
 BUDGET_ROWS = {
     "baseline": "baseline",
     "queries": "queries",
-    "snapshot": "snapshot",
+    "unflushed rows": "unflushed",
     "queue": "queue",
     "request bodies": "bodies",
     "PromQL cache": "promql_cache",
