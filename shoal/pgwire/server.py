@@ -23,7 +23,7 @@ from typing import Any
 
 from shoal.auth import Authenticator
 from shoal.errors import AuthError
-from shoal.pgwire import codec, statements
+from shoal.pgwire import codec, extended, simple, statements
 from shoal.pgwire.session import Session
 from shoal.sql.service import QueryService
 
@@ -212,7 +212,7 @@ class Connection:
             if isinstance(message, codec.Terminate):
                 return
             if isinstance(message, codec.Query):
-                await session.simple_query(message.sql)
+                await simple.query(session, message.sql)
             elif isinstance(
                 message,
                 codec.Parse
@@ -223,7 +223,7 @@ class Connection:
                 | codec.Sync
                 | codec.Flush,
             ):
-                await session.extended(message)
+                await extended.handle(session, message)
             elif isinstance(message, codec.CopyData | codec.CopyDone | codec.CopyFail):
                 continue  # stray COPY input: ignored, as PostgreSQL does outside COPY IN
             else:

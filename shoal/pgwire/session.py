@@ -1,4 +1,7 @@
-"""One authenticated PostgreSQL session: the simple and extended query protocols.
+"""One authenticated PostgreSQL session: its state, and running and streaming one statement.
+
+The two query protocols that drive it are :mod:`shoal.pgwire.simple` and
+:mod:`shoal.pgwire.extended`.
 
 The session translates messages into calls of
 :class:`shoal.sql.service.QueryService` (prepare, execute, stream batches)
@@ -36,7 +39,7 @@ from shoal.pgwire import (
     rows,
     statements,
 )
-from shoal.pgwire.sqltext import SqlTextError, split_statements, substitute
+from shoal.pgwire.sqltext import SqlTextError
 from shoal.sql.service import QueryResult, QueryService
 
 logger = logging.getLogger(__name__)
@@ -48,7 +51,7 @@ PEER_CHECK_S = 0.5
 FLUSH_BYTES = 256 * 1024
 """Wait for the socket to drain once this much is buffered."""
 
-_COPY_TO_STDOUT = re.compile(
+COPY_TO_STDOUT = re.compile(
     r"^copy\s*\((?P<query>.*)\)\s*to\s+stdout\s*(?P<options>.*?)\s*;?\s*$",
     re.IGNORECASE | re.DOTALL,
 )
@@ -114,8 +117,8 @@ class Session:
         self.pid = pid
         self.settings = settings
         self.defaults = dict(settings)
-        self._send = send
-        self._drain = drain
+        self.send = send
+        self.drain = drain
         self._buffered = buffered
         self._peer_gone = peer_gone
         self.statements: dict[str, Statement] = {}
@@ -138,7 +141,7 @@ class Session:
         task.cancel()
         return True
 
-    async def _cancellable(self, work: Coroutine[Any, Any, None]) -> None:
+    async def cancellable(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
         self._task = task
         self._cancel_requested = False
@@ -161,14 +164,14 @@ class Session:
 
     # -- output ---------------------------------------------------------------------
 
-    async def _maybe_drain(self) -> None:
+    async def maybe_drain(self) -> None:
         if self._buffered() >= FLUSH_BYTES:
-            await self._drain()
+            await self.drain()
 
     def ready(self) -> bytes:
         return codec.ready_for_query("T" if self.in_transaction else "I")
 
-    def _error(self, exc: BaseException) -> None:
+    def error(self, exc: BaseException) -> None:
         if isinstance(exc, SessionError):
             code, message = exc.code, str(exc)
         elif isinstance(exc, Cancelled):
@@ -186,11 +189,11 @@ class Session:
         else:
             logger.exception("pgwire session of tenant %s failed", self.tenant, exc_info=exc)
             code, message = "XX000", f"internal error: {type(exc).__name__}: {exc}"
-        self._send(codec.error_response(code, message))
+        self.send(codec.error_response(code, message))
 
     # -- running one statement ------------------------------------------------------
 
-    def _local(self, sql: str) -> statements.LocalResult | None:
+    def local(self, sql: str) -> statements.LocalResult | None:
         local = statements.local_command(sql, self.settings, self.defaults)
         if local is not None and local.transaction == "begin":
             self.in_transaction = True
@@ -227,7 +230,7 @@ class Session:
         self._catalog = (now, tables)
         return tables
 
-    async def _run(
+    async def run(
         self, sql: str
     ) -> tuple[pa.Schema, AsyncIterator[pa.RecordBatch], QueryResult | None]:
         """Start ``sql``: a catalog query here, anything else in the tenant's session."""
@@ -247,17 +250,17 @@ class Session:
         result = await self._start(text)
         return result.schema, result.batches(), result
 
-    async def _schema_of(self, sql: str) -> pa.Schema:
-        schema, _, result = await self._run(sql)
+    async def schema_of(self, sql: str) -> pa.Schema:
+        schema, _, result = await self.run(sql)
         if result is not None:
             result.close()
         return schema
 
-    def _complete_local(self, local: statements.LocalResult) -> None:
+    def complete_local(self, local: statements.LocalResult) -> None:
         for name, value in local.changed.items():
-            self._send(codec.parameter_status(name, value))
+            self.send(codec.parameter_status(name, value))
 
-    async def _stream(self, portal: Portal, max_rows: int) -> tuple[int, bool]:
+    async def stream(self, portal: Portal, max_rows: int) -> tuple[int, bool]:
         """Send up to ``max_rows`` rows (all when 0); returns (rows sent, suspended)."""
         sent = 0
         while True:
@@ -278,21 +281,21 @@ class Session:
             if take < batch.num_rows:
                 portal.pending = batch.slice(take)
                 batch = batch.slice(0, take)
-            self._send(rows.encode_rows(batch, portal.formats))
+            self.send(rows.encode_rows(batch, portal.formats))
             sent += take
-            await self._maybe_drain()
+            await self.maybe_drain()
 
-    def _finish(self, portal: Portal, sent: int) -> None:
+    def finish(self, portal: Portal, sent: int) -> None:
         if portal.result is not None and portal.result.truncated:
             message = portal.result.truncation_message or "the result was truncated"
-            self._send(codec.notice_response(message))
-        self._send(codec.command_complete(f"SELECT {sent}"))
+            self.send(codec.notice_response(message))
+        self.send(codec.command_complete(f"SELECT {sent}"))
 
-    async def _open(self, portal: Portal) -> None:
+    async def open(self, portal: Portal) -> None:
         """Start the portal's query (once); its schema is known afterwards."""
         if portal.local is not None or portal.schema is not None or portal.done:
             return
-        portal.schema, portal.batches, portal.result = await self._run(portal.sql)
+        portal.schema, portal.batches, portal.result = await self.run(portal.sql)
 
     # -- SQL cursors ----------------------------------------------------------------
 
@@ -300,12 +303,12 @@ class Session:
         if op.name in self.cursors:
             raise SessionError("42P03", f'cursor "{op.name}" already exists')
         portal = Portal(Statement(op.query, []), op.query, [])
-        await self._open(portal)
+        await self.open(portal)
         assert portal.schema is not None
         portal.formats = [1 if op.binary else 0] * len(portal.schema)
         self.cursors[op.name] = (portal, op.hold)
 
-    def _cursor(self, name: str) -> Portal:
+    def cursor(self, name: str) -> Portal:
         entry = self.cursors.get(name)
         if entry is None:
             raise SessionError("34000", f'cursor "{name}" does not exist')
@@ -314,211 +317,47 @@ class Session:
     def _close_cursor(self, op: cursors.CloseCursor) -> None:
         names = list(self.cursors) if op.name is None else [op.name]
         for name in names:
-            self._cursor(name).close()
+            self.cursor(name).close()
             del self.cursors[name]
 
     async def _fetch(self, op: cursors.Fetch, formats: list[int] | None) -> None:
         """Send the next rows of a cursor (in ``formats``, else the cursor's own)."""
-        portal = self._cursor(op.name)
+        portal = self.cursor(op.name)
         assert portal.schema is not None
         if formats is not None:
             portal.formats = results.formats_for(len(portal.schema), formats)
-        sent, _ = await self._stream(portal, op.count)
-        self._send(codec.command_complete(f"FETCH {sent}"))
+        sent, _ = await self.stream(portal, op.count)
+        self.send(codec.command_complete(f"FETCH {sent}"))
 
-    async def _run_cursor_op(self, op: cursors.CursorStatement, formats: list[int] | None) -> None:
+    async def run_cursor_op(self, op: cursors.CursorStatement, formats: list[int] | None) -> None:
         if isinstance(op, cursors.Declare):
             await self._declare(op)
-            self._send(codec.command_complete("DECLARE CURSOR"))
+            self.send(codec.command_complete("DECLARE CURSOR"))
         elif isinstance(op, cursors.Fetch):
             await self._fetch(op, formats)
         else:
             self._close_cursor(op)
-            self._send(codec.command_complete("CLOSE CURSOR"))
+            self.send(codec.command_complete("CLOSE CURSOR"))
 
-    def _cursor_fields(self, op: cursors.CursorStatement, formats: list[int]) -> bytes:
+    def cursor_fields(self, op: cursors.CursorStatement, formats: list[int]) -> bytes:
         """RowDescription (FETCH) or NoData (DECLARE, CLOSE) for a cursor statement."""
         if not isinstance(op, cursors.Fetch):
             return codec.no_data()
-        portal = self._cursor(op.name)
+        portal = self.cursor(op.name)
         assert portal.schema is not None
         chosen = results.formats_for(len(portal.schema), formats) if formats else portal.formats
         return codec.row_description(results.fields(portal.schema, chosen))
 
-    # -- simple query protocol ------------------------------------------------------
-
-    async def simple_query(self, sql: str) -> None:
-        try:
-            statements = split_statements(sql)
-        except SqlTextError as exc:
-            self._error(exc)
-            self._send(self.ready())
-            return
-        if not statements:
-            self._send(codec.empty_query_response())
-        for text in statements:
-            try:
-                await self._cancellable(self._simple_one(text))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._error(exc)
-                break
-        self._send(self.ready())
-        await self._drain()
-
-    async def _simple_one(self, sql: str) -> None:
-        copy = _COPY_TO_STDOUT.match(sql)
-        if copy:
-            await self._copy_out(copy.group("query"), copy.group("options"))
-            return
-        op = self._parse_cursor(sql)
-        if op is not None:
-            if isinstance(op, cursors.Fetch):
-                self._send(self._cursor_fields(op, []))
-            await self._run_cursor_op(op, None)
-            return
-        local = self._local(sql)
-        if local is not None:
-            if local.table is not None:
-                portal = Portal(Statement(sql, []), sql, [0] * local.table.num_columns, local)
-                portal.schema = local.table.schema
-                portal.batches = results.table_batches(local.table)
-                self._send(codec.row_description(results.fields(portal.schema, portal.formats)))
-                sent, _ = await self._stream(portal, 0)
-                self._send(
-                    codec.command_complete(
-                        f"{local.tag} {sent}" if local.tag == "SELECT" else local.tag
-                    )
-                )
-            else:
-                self._send(codec.command_complete(local.tag))
-            self._complete_local(local)
-            return
-        portal = Portal(Statement(sql, []), sql, [])
-        try:
-            await self._open(portal)
-            assert portal.schema is not None
-            portal.formats = [0] * len(portal.schema)
-            self._send(codec.row_description(results.fields(portal.schema, portal.formats)))
-            sent, _ = await self._stream(portal, 0)
-            self._finish(portal, sent)
-        finally:
-            portal.close()
-
-    async def _copy_out(self, query: str, options: str) -> None:
-        opts = options.strip().lower().removeprefix("with").strip().strip("()").strip()
-        if opts not in ("", "format text", "(format text)"):
-            raise SessionError(
-                "0A000", f"COPY TO STDOUT supports the text format only, not {options!r}"
-            )
-        portal = Portal(Statement(query, []), query, [])
-        try:
-            await self._open(portal)
-            assert portal.schema is not None and portal.batches is not None
-            encoder = results.RowEncoder(portal.schema, [0] * len(portal.schema))
-            self._send(codec.copy_out_response(len(portal.schema)))
-            rows = 0
-            async for batch in portal.batches:
-                for line in encoder.copy_lines(batch):
-                    self._send(codec.copy_data(line))
-                rows += batch.num_rows
-                await self._maybe_drain()
-            self._send(codec.copy_done())
-            self._send(codec.command_complete(f"COPY {rows}"))
-        finally:
-            portal.close()
-
-    # -- extended query protocol ----------------------------------------------------
-
-    async def extended(self, message: codec.FrontendMessage) -> None:
-        if isinstance(message, codec.Sync):
-            self.skip_until_sync = False
-            if not self.in_transaction:
-                self._close_portals()
-            self._send(self.ready())
-            await self._drain()
-            return
-        if isinstance(message, codec.Flush):
-            await self._drain()
-            return
-        if self.skip_until_sync:
-            return
-        try:
-            await self._cancellable(self._extended_one(message))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._error(exc)
-            self.skip_until_sync = True
-
-    def _close_portals(self) -> None:
-        for portal in self.portals.values():
-            portal.close()
-        self.portals.clear()
-
-    async def _extended_one(self, message: codec.FrontendMessage) -> None:
-        if isinstance(message, codec.Parse):
-            self._parse(message)
-        elif isinstance(message, codec.Bind):
-            self._bind(message)
-        elif isinstance(message, codec.Describe):
-            await self._describe(message)
-        elif isinstance(message, codec.Execute):
-            await self._execute(message)
-        elif isinstance(message, codec.Close):
-            if message.kind == "S":
-                self.statements.pop(message.name, None)
-            else:
-                portal = self.portals.pop(message.name, None)
-                if portal is not None:
-                    portal.close()
-            self._send(codec.close_complete())
-        else:
-            raise SessionError("08P01", f"unexpected message {type(message).__name__}")
-
-    def _parse(self, message: codec.Parse) -> None:
-        if message.name and message.name in self.statements:
-            raise SessionError("42P05", f'prepared statement "{message.name}" already exists')
-        found = split_statements(message.sql)
-        if len(found) > 1:
-            raise SessionError("42601", "cannot insert multiple commands into a prepared statement")
-        sql = found[0] if found else ""
-        oids = params.parameter_types(sql, message.param_types)
-        self.statements[message.name] = Statement(sql, oids)
-        self._send(codec.parse_complete())
-
-    def _bind(self, message: codec.Bind) -> None:
-        statement = self.statements.get(message.statement)
-        if statement is None:
-            raise SessionError("26000", f'prepared statement "{message.statement}" does not exist')
-        if message.portal and message.portal in self.portals:
-            raise SessionError("42P03", f'cursor "{message.portal}" already exists')
-        values = params.literals(message.params, statement.param_oids, message.param_formats)
-        sql = substitute(statement.sql, values) if values else statement.sql
-        old = self.portals.pop(message.portal, None)
-        if old is not None:
-            old.close()
-        portal = Portal(statement, sql, list(message.result_formats))
-        if not sql:
-            portal.done = True
-        elif (op := self._parse_cursor(sql)) is not None:
-            portal.cursor_op = op
-        else:
-            portal.local = self._peek_local(sql)
-        self.portals[message.portal] = portal
-        self._send(codec.bind_complete())
-
     @staticmethod
-    def _parse_cursor(sql: str) -> cursors.CursorStatement | None:
+    def parse_cursor(sql: str) -> cursors.CursorStatement | None:
         try:
             return cursors.parse(sql)
         except cursors.CursorError as exc:
             raise SessionError("0A000", str(exc)) from None
 
-    def _peek_local(self, sql: str) -> statements.LocalResult | None:
+    def peek_local(self, sql: str) -> statements.LocalResult | None:
         """A session statement is run at Execute; Bind only needs to know it is one."""
-        if _COPY_TO_STDOUT.match(sql):
+        if COPY_TO_STDOUT.match(sql):
             raise SessionError("0A000", "COPY is supported in the simple query protocol only")
         probe = dict(self.settings)
         try:
@@ -526,103 +365,13 @@ class Session:
         except statements.CommandError:
             return statements.LocalResult("SET")
 
-    async def _describe(self, message: codec.Describe) -> None:
-        if message.kind == "S":
-            statement = self.statements.get(message.name)
-            if statement is None:
-                raise SessionError("26000", f'prepared statement "{message.name}" does not exist')
-            self._send(codec.parameter_description(statement.param_oids))
-            if not statement.described:
-                op = self._parse_cursor(statement.sql) if statement.sql else None
-                local = (
-                    None
-                    if op is not None
-                    else (self._peek_local(statement.sql) if statement.sql else None)
-                )
-                if isinstance(op, cursors.Fetch):
-                    statement.schema = self._cursor(op.name).schema
-                elif op is not None:
-                    statement.schema = None
-                elif local is not None:
-                    statement.schema = local.table.schema if local.table is not None else None
-                elif statement.sql:
-                    nulls = ["NULL"] * len(statement.param_oids)
-                    statement.schema = await self._schema_of(substitute(statement.sql, nulls))
-                statement.described = True
-            if statement.schema is None:
-                self._send(codec.no_data())
-            else:
-                formats = [0] * len(statement.schema)
-                self._send(codec.row_description(results.fields(statement.schema, formats)))
-            return
-        portal = self.portals.get(message.name)
-        if portal is None and message.name in self.cursors:
-            portal = self.cursors[message.name][0]  # a cursor is a portal by that name
-        if portal is None:
-            raise SessionError("34000", f'portal "{message.name}" does not exist')
-        if portal.cursor_op is not None:
-            self._send(self._cursor_fields(portal.cursor_op, portal.formats))
-            return
-        if portal.local is not None:
-            schema = portal.local.table.schema if portal.local.table is not None else None
-        else:
-            await self._open(portal)
-            schema = portal.schema
-        if schema is None:
-            self._send(codec.no_data())
-            return
-        try:
-            formats = results.formats_for(len(schema), portal.formats)
-        except codec.ProtocolError as exc:
-            raise SessionError(exc.code, str(exc)) from None
-        self._send(codec.row_description(results.fields(schema, formats)))
-
-    async def _execute(self, message: codec.Execute) -> None:
-        portal = self.portals.get(message.portal)
-        if portal is None:
-            raise SessionError("34000", f'portal "{message.portal}" does not exist')
-        if not portal.sql:
-            self._send(codec.empty_query_response())
-            return
-        if portal.cursor_op is not None:
-            if portal.done:
-                raise SessionError("55000", "this cursor statement has already run")
-            await self._run_cursor_op(portal.cursor_op, portal.formats or None)
-            portal.done = True
-            return
-        if portal.local is not None and portal.schema is None:
-            local = self._local(portal.sql)  # run for real now (it may change settings)
-            assert local is not None
-            portal.local = local
-            if local.table is None:
-                self._send(codec.command_complete(local.tag))
-                self._complete_local(local)
-                portal.done = True
-                return
-            portal.schema = local.table.schema
-            portal.batches = results.table_batches(local.table)
-        elif portal.local is not None and portal.done and portal.schema is None:
-            self._send(codec.command_complete(portal.local.tag))
-            return
-        await self._open(portal)
-        assert portal.schema is not None
-        try:
-            portal.formats = results.formats_for(len(portal.schema), portal.formats)
-        except codec.ProtocolError as exc:
-            raise SessionError(exc.code, str(exc)) from None
-        sent, suspended = await self._stream(portal, max(0, message.max_rows))
-        if suspended:
-            self._send(codec.portal_suspended())
-            return
-        if portal.local is not None:
-            self._send(codec.command_complete(portal.local.tag))
-            self._complete_local(portal.local)
-        else:
-            self._finish(portal, sent)
-        portal.close()
+    def close_portals(self) -> None:
+        for portal in self.portals.values():
+            portal.close()
+        self.portals.clear()
 
     def close(self) -> None:
-        self._close_portals()
+        self.close_portals()
         for portal, _ in self.cursors.values():
             portal.close()
         self.cursors.clear()
