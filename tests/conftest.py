@@ -10,6 +10,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadline: a test's time is a benchmark's business, and on a shared
+# 2-core machine an example that waits for a core would fail a test that is right.
+settings.register_profile("shoal", deadline=None)
+settings.load_profile("shoal")
 
 Track = Callable[["subprocess.Popen[Any]"], "subprocess.Popen[Any]"]
 
