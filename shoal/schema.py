@@ -243,3 +243,8 @@ SPANS = TableSpec(
 )
 
 SIGNAL_TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (METRICS, LOGS, SPANS)}
+
+
+REMOTE_WRITE_SCOPE = "prometheus.remote_write"
+"""The ``scope_name`` of rows that came by Prometheus remote write: the PromQL view keeps
+their metric names and labels as written."""

@@ -82,7 +82,7 @@ class DecoderOutput:
 @pytest.fixture
 def decoder_output(monkeypatch: pytest.MonkeyPatch) -> DecoderOutput:
     """Records every batch the protobuf decoder returns during the test."""
-    from shoal.otlp.wire import ProtoArrow
+    from shoal.rows.protoarrow import ProtoArrow
 
     out = DecoderOutput()
     batch = ProtoArrow.batch

@@ -32,8 +32,7 @@ from shoal.api.access import require_role
 from shoal.auth import Principal
 from shoal.errors import QueryError, QueryLimitError
 from shoal.sql.encoders import ENCODERS, FORMATS, StreamStatus
-from shoal.sql.service import Prepared, QueryResult, QueryService
-from shoal.storage.view import AsOf
+from shoal.sql.service import AsOf, Prepared, QueryResult, QueryService
 from shoal.text import parse_utc
 
 logger = logging.getLogger(__name__)

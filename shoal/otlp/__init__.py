@@ -5,7 +5,7 @@
 text encoding of attribute values.
 """
 
-from shoal.otlp.common import DecodeResult
 from shoal.otlp.decode import SIGNALS, decode
+from shoal.rows.result import DecodeResult
 
 __all__ = ["SIGNALS", "DecodeResult", "decode"]

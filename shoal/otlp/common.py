@@ -1,9 +1,9 @@
-"""Resource and scope columns shared by all three signals, and the decode result."""
+"""Resource and scope columns shared by all three signals."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import numpy as np
@@ -34,33 +34,6 @@ RESOURCE_SCOPE_COLUMNS = (
     "scope_dropped_attributes_count",
     "scope_schema_url",
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class DecodeResult:
-    """What :func:`shoal.otlp.decode` returns.
-
-    ``table`` has exactly the signal's frozen schema and one chunk per column
-    (``to_batches()`` yields one batch, none when empty); ``accepted`` rows are in
-    it; ``rejected`` points were dropped, and ``errors`` says why (one line per
-    reason, with a count), for OTLP ``partial_success``. ``all_null`` says, per
-    column, whether every row of it is null, when the decoder knew it from the arrays
-    it built the table of (None: not known); the WAL's accounting then need not ask
-    each column of the table again (``shoal.ingest.records.rows_bytes``).
-    """
-
-    table: pa.Table
-    accepted: int
-    rejected: int
-    errors: list[str]
-    all_null: tuple[bool, ...] | None = None
-
-
-def all_null(columns: Sequence[pa.Array | pa.ChunkedArray], rows: int) -> tuple[bool, ...]:
-    """Per column, whether every one of its ``rows`` rows is null: the columns a table
-    is about to be made of, asked while their wrappers exist (asking a table's columns
-    makes a wrapper per column, several times the cost)."""
-    return tuple(column.null_count == rows for column in columns)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from shoal.otlp import json_walk, logs, metrics, scanned, spans, wire
-from shoal.otlp.common import DecodeResult
+from shoal.rows.result import DecodeResult
 
 logger = logging.getLogger(__name__)
 

@@ -17,12 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.otlp import attributes, exemplars
-from shoal.otlp.common import (
-    DecodeResult,
-    Rejections,
-    scopes,
-    text_or_null,
-)
+from shoal.otlp.common import Rejections, scopes, text_or_null
 from shoal.rows.cache import DecodeCache
 from shoal.rows.columns import (
     BOOL,
@@ -31,29 +26,20 @@ from shoal.rows.columns import (
     Broadcast,
     as_int64,
     flatten,
-    fmix64,
     hash_text,
     list_offsets,
     nulls,
     over_int64,
+    series_ids,
     timestamps,
     u32_as_int64,
     u64,
 )
+from shoal.rows.result import DecodeResult
 from shoal.schema import METRICS_SCHEMA
 
 TYPES = ("gauge", "sum", "histogram", "exponential_histogram", "summary")
-_POINT_SALT = np.uint64(0x5BD1E9955BD1E995)
-_RESOURCE_SALT = np.uint64(0x27D4EB2F165667C5)
 _I64_LIST = pa.list_(pa.int64())
-
-
-def series_ids(name_hash: U64, point_hash: U64, resource_hash: U64) -> pa.Array:
-    """``series_id`` from the per-row hashes of name, point attributes, resource attributes."""
-    point = fmix64(point_hash ^ _POINT_SALT)
-    resource = fmix64(resource_hash ^ _RESOURCE_SALT)
-    mixed = fmix64(name_hash ^ point ^ resource)
-    return pa.array(mixed.view(np.int64))
 
 
 def _counts_list(lists: pa.Array) -> tuple[pa.Array, BOOL]:

@@ -22,9 +22,9 @@ import numpy as np
 import pyarrow as pa
 
 from shoal.otlp import metrics, wire
-from shoal.otlp.common import DecodeResult, all_null
 from shoal.rows.columns import empty_lists, nulls, timestamps
 from shoal.rows.known import KnownSeries, gather
+from shoal.rows.result import DecodeResult, all_null
 from shoal.schema import METRICS_SCHEMA
 
 _PER_POINT = (

@@ -16,10 +16,6 @@ decode. Fields only used by profiles (``*_strindex``) and
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from typing import Any
-
 import pyarrow as pa
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FileDescriptor
@@ -28,6 +24,7 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from shoal.errors import DecodeError
+from shoal.rows.protoarrow import ProtoArrow
 
 _AS_BYTES = frozenset(
     {"KeyValue", "ArrayValue", "KeyValueList", "Exemplar", "Resource", "InstrumentationScope"}
@@ -68,43 +65,6 @@ def _reshaped(fd: FileDescriptor, as_bytes: frozenset[str] = _AS_BYTES) -> bytes
         del msg.field[:]
         msg.field.extend(kept)
     return proto.SerializeToString()
-
-
-class ProtoArrow:
-    """ptars decoders of some protobuf messages into Arrow record batches.
-
-    Built lazily from serialized file descriptors (ptars is imported only then), one
-    handler per message type, each created once under a lock: handlers are shared by
-    the decoding threads.
-    """
-
-    def __init__(self, files: Callable[[], list[bytes]]) -> None:
-        self._files = files
-        self._lock = threading.Lock()
-        self._registry: Any = None
-        self._handlers: dict[str, Any] = {}
-
-    def _handler(self, message: str) -> Any:
-        with self._lock:
-            handler = self._handlers.get(message)
-            if handler is None:
-                if self._registry is None:
-                    from ptars._lib import ProtoRegistry
-
-                    self._registry = ProtoRegistry(self._files())
-                handler = self._registry.create_for_message(message, None)
-                self._handlers[message] = handler
-            return handler
-
-    def batch(self, message: str, body: bytes, what: str) -> pa.RecordBatch:
-        """One message's bytes as a one-row record batch; raises DecodeError saying
-        ``body`` is not a valid ``what`` when the bytes are not that message."""
-        handler = self._handler(message)
-        try:
-            batch: pa.RecordBatch = handler.list_to_record_batch([body])
-        except Exception as exc:  # ptars raises plain runtime errors for bad wire data
-            raise DecodeError(f"{what}: {exc}") from None
-        return batch
 
 
 def _otlp_files(as_bytes: frozenset[str] = _AS_BYTES) -> list[bytes]:

@@ -28,7 +28,7 @@ from shoal.promql.labels import SeriesRows
 from shoal.promql.mapping import MetricInfo, target_keys
 from shoal.promql.model import Series
 from shoal.promql.series import to_series
-from shoal.promwrite import SCOPE
+from shoal.schema import REMOTE_WRITE_SCOPE
 from shoal.sql.service import QueryService
 from shoal.storage.reader import TenantReader
 
@@ -73,7 +73,7 @@ CATALOG_KEYS = (
     "is_monotonic",
     "aggregation_temporality",
 )
-VERBATIM = f"coalesce(scope_name, '') = '{SCOPE}' AS verbatim"
+VERBATIM = f"coalesce(scope_name, '') = '{REMOTE_WRITE_SCOPE}' AS verbatim"
 """Whether a row came by remote write (its name is kept as written; see mapping.MetricInfo)."""
 
 
@@ -260,7 +260,7 @@ class QuerySource:
         )
         if found.num_rows > self.service.limits.max_samples:
             raise _over_cap(self.service.limits.max_samples, "selects", "series")
-        verbatim = pc.equal(pc.fill_null(found.column("scope_name"), ""), SCOPE)
+        verbatim = pc.equal(pc.fill_null(found.column("scope_name"), ""), REMOTE_WRITE_SCOPE)
         found = self._found[start_ms, end_ms] = found.append_column("verbatim", verbatim)
         return found
 

@@ -27,13 +27,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.errors import DecodeError, UnsupportedMediaTypeError
-from shoal.otlp.common import DecodeResult, all_null
-from shoal.otlp.metrics import series_ids
-from shoal.otlp.wire import ProtoArrow
-from shoal.promwrite import SCOPE, proto
-from shoal.rows.columns import empty_lists, empty_maps, hash_text, nulls
+from shoal.promwrite import proto
+from shoal.rows.columns import empty_lists, empty_maps, hash_text, nulls, series_ids
 from shoal.rows.known import KnownSeries, gather
-from shoal.schema import METRICS_SCHEMA, UTC_US
+from shoal.rows.protoarrow import ProtoArrow
+from shoal.rows.result import DecodeResult, all_null
+from shoal.schema import METRICS_SCHEMA, REMOTE_WRITE_SCOPE, UTC_US
 
 V1 = "prometheus.WriteRequest"
 V2 = "io.prometheus.write.v2.Request"
@@ -568,7 +567,7 @@ def _constants(n: int) -> dict[str, pa.Array]:
         "attributes_types": empty,
         "metric_metadata_types": empty,
         "resource_attributes_types": empty,
-        "scope_name": pa.array(np.full(n, SCOPE, dtype=object), pa.string()),
+        "scope_name": pa.array(np.full(n, REMOTE_WRITE_SCOPE, dtype=object), pa.string()),
         "scope_attributes": empty,
         "scope_attributes_types": empty,
         "resource_dropped_attributes_count": zeros,

@@ -240,3 +240,15 @@ def sum_per_list(entry_hashes: U64, offsets: I64) -> U64:
     np.cumsum(entry_hashes, out=sums[1:])
     result: U64 = sums[offsets[1:]] - sums[offsets[:-1]]
     return result
+
+
+_POINT_SALT = np.uint64(0x5BD1E9955BD1E995)
+_RESOURCE_SALT = np.uint64(0x27D4EB2F165667C5)
+
+
+def series_ids(name_hash: U64, point_hash: U64, resource_hash: U64) -> pa.Array:
+    """``series_id`` from the per-row hashes of name, point attributes, resource attributes."""
+    point = fmix64(point_hash ^ _POINT_SALT)
+    resource = fmix64(resource_hash ^ _RESOURCE_SALT)
+    mixed = fmix64(name_hash ^ point ^ resource)
+    return pa.array(mixed.view(np.int64))

@@ -26,7 +26,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from shoal.errors import DecodeError
 from shoal.otlp import decode
-from shoal.otlp.common import DecodeResult
+from shoal.rows.result import DecodeResult
 from shoal.schema import LOGS_SCHEMA, METRICS_SCHEMA, SPANS_SCHEMA
 
 from .json_helpers import identical, to_otlp_json

@@ -25,8 +25,8 @@ from opentelemetry.sdk.resources import Resource
 from loadtest import payloads
 from shoal.errors import DecodeError
 from shoal.otlp import metrics, scanned, wire
-from shoal.otlp.common import DecodeResult
 from shoal.rows.known import KnownSeries
+from shoal.rows.result import DecodeResult
 from tests.wire_fields import (
     Damage,
     damages,

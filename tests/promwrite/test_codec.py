@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from loadtest import remote_write
 from shoal.errors import DecodeError, PayloadTooLargeError, UnsupportedMediaTypeError
-from shoal.promwrite import SCOPE, snappy
+from shoal.promwrite import snappy
 from shoal.promwrite.decode import V1, V2, decode, message_of
+from shoal.schema import REMOTE_WRITE_SCOPE
 
 STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
 
@@ -47,7 +48,8 @@ def test_v1_rows_carry_name_labels_job_instance_metadata_and_staleness() -> None
     assert written.samples == 4 and written.result.rejected == 0
     rows = table.to_pylist()
     first = rows[0]
-    assert first["metric_name"] == "http_requests_total" and first["scope_name"] == SCOPE
+    scope = REMOTE_WRITE_SCOPE
+    assert first["metric_name"] == "http_requests_total" and first["scope_name"] == scope
     assert dict(first["attributes"]) == {"code": "200"}
     assert dict(first["resource_attributes"]) == {
         "service.namespace": "shop",
