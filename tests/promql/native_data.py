@@ -77,7 +77,7 @@ def build(base_ms: int, seed: int = 11) -> list[Series]:
     out.append(({"__name__": "rpc_duration_seconds", "job": "api", "route": "/a"}, [], points))
     b = Observed()
     points = []
-    for i, t in enumerate(_times(rng, base_ms + 2222)):
+    for t in _times(rng, base_ms + 2222):
         b.values += latencies(int(rng.integers(1, 6)), 2.0)
         if rng.random() < 0.3:
             b.values.append(0.0)
@@ -93,7 +93,8 @@ def build(base_ms: int, seed: int = 11) -> list[Series]:
     out.append(({"__name__": "resized_seconds", "job": "api"}, [], points))
     points = []
     for t in _times(rng, base_ms + 3333):
-        points.append(Observed(latencies(int(rng.integers(0, 20)), 0.2)).histogram(t, 1, reset_hint=GAUGE))  # fmt: skip
+        waits = Observed(latencies(int(rng.integers(0, 20)), 0.2))
+        points.append(waits.histogram(t, 1, reset_hint=GAUGE))
     out.append(({"__name__": "queue_wait_seconds", "job": "worker"}, [], points))
     c = Observed(latencies(1))
     points = []

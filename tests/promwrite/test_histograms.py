@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import struct
 from typing import Any
 
 import pytest
@@ -18,8 +19,15 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation, View
 
-from loadtest.native_histograms import GAUGE, NativeHistogram, Series, encode_v1, encode_v2
-from loadtest.remote_write import field
+from loadtest.native_histograms import (
+    GAUGE,
+    NativeHistogram,
+    Series,
+    encode_v1,
+    encode_v2,
+    zigzag,
+)
+from loadtest.remote_write import field, varint
 from shoal import otlp
 from shoal.errors import DecodeError
 from shoal.promwrite.decode import V1, V2, Written, decode
@@ -157,8 +165,6 @@ def test_float_gauge_custom_stale_and_start_times_in_one_request() -> None:
 
 
 def _stale() -> float:
-    import struct
-
     return float(struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0])
 
 
@@ -178,15 +184,15 @@ BAD: list[tuple[str, NativeHistogram | bytes]] = [
     (
         "strictly increasing",
         NativeHistogram(1, -53, {0: 1}, zero_threshold=0, custom_values=[2, 1]),
-    ),  # fmt: skip
+    ),
     (
         "strictly increasing",
         NativeHistogram(1, -53, {0: 1}, zero_threshold=0, custom_values=[1, math.inf]),
-    ),  # fmt: skip
+    ),
     (
         "beyond its custom_values",
         NativeHistogram(1, -53, {2: 1}, zero_threshold=0, custom_values=[1]),
-    ),  # fmt: skip
+    ),
     ("beyond int32", NativeHistogram(1, 0, {-(2**31): 1})),
     (f"past {MIN_BUDGET} buckets", NativeHistogram(1, 8, {-(10**6): 1, 10**6: 1})),
 ]
@@ -200,7 +206,7 @@ SPANS = [  # hand-made bodies: spans that do not fit the counts, a late negative
     (
         "as many buckets",
         _with_field(NativeHistogram(1), field(11, b"\x08\x02\x10\x02") + field(12, b"\x02")),
-    ),  # fmt: skip
+    ),
     (
         "negative offset after the first",
         _with_field(
@@ -209,11 +215,11 @@ SPANS = [  # hand-made bodies: spans that do not fit the counts, a late negative
             + field(11, b"\x08\x03\x10\x01")
             + field(12, b"\x02\x00"),
         ),
-    ),  # fmt: skip
+    ),
     (
         "both integer and float",
         _with_field(NativeHistogram(1, 0, {1: 1}), field(13, b"\0" * 8)),
-    ),  # fmt: skip
+    ),
     ("count beyond int64", b"\x08" + b"\xff" * 9 + b"\x01" + NativeHistogram(1).encode()[2:]),
 ]
 
@@ -329,22 +335,12 @@ def test_any_bytes_as_a_histogram_decode_or_raise_decode_error(data: bytes, v2: 
 def test_random_spans_and_deltas_are_stored_or_refused_never_a_crash(
     spans: list[tuple[int, int]], deltas: list[int], schema: int, bounds: list[float]
 ) -> None:
-    from loadtest.native_histograms import zigzag
-
-    extra = b"".join(
-        field(11, b"\x08" + _varint(zigzag(o)) + b"\x10" + _varint(n)) for o, n in spans
-    )
+    extra = b"".join(field(11, b"\x08" + varint(zigzag(o)) + b"\x10" + varint(n)) for o, n in spans)
     if deltas:
-        extra += field(12, b"".join(_varint(zigzag(d)) for d in deltas))
+        extra += field(12, b"".join(varint(zigzag(d)) for d in deltas))
     h = NativeHistogram(1, schema, zero_threshold=0, custom_values=bounds)
     body = encode_v1([({"__name__": "x"}, [], [])]) + field(
         1, field(1, field(1, b"__name__") + field(2, b"x")) + field(4, h.encode() + extra)
     )
     written = decode(body, V1)
     assert written.histograms + written.result.rejected == 1
-
-
-def _varint(n: int) -> bytes:
-    from loadtest.remote_write import varint
-
-    return varint(n)
