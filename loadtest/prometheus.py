@@ -16,13 +16,21 @@ from loadtest.ingest import directory_bytes, free_port
 
 
 class Prometheus:
-    def __init__(self, tmp: Path, config: str | None = None, admin: bool = False) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        config: str | None = None,
+        admin: bool = False,
+        features: tuple[str, ...] = (),
+    ) -> None:
         self.port = free_port()
         self.tmp = tmp
         self.config = config
         """prometheus.yml's text; ``{port}`` stands for this server's own port."""
         self.admin = admin
         """Whether the admin API (TSDB snapshots) is on."""
+        self.features = features
+        """``--enable-feature`` names (``native-histograms``: store, scrape and send them)."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -45,6 +53,7 @@ class Prometheus:
                 "--web.enable-remote-write-receiver",
                 "--storage.tsdb.retention.time=30d",
                 *(["--web.enable-admin-api"] if self.admin else []),
+                *([f"--enable-feature={','.join(self.features)}"] if self.features else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

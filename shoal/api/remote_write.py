@@ -5,8 +5,8 @@ The message comes from ``Content-Type`` (``proto=io.prometheus.write.v2.Request`
 path as OTLP (queue, WAL, fsync before the answer) with the same token, role, tenancy,
 size limit and backpressure. Answers: 204 once every sample is durable (2.0 with the
 ``X-Prometheus-Remote-Write-*-Written`` headers); 400 for what can never succeed, with
-what was wrong (also when some series were refused and the others stored, as the
-specification requires); 415 for a content type or encoding it cannot read; 429 or
+what was wrong (also when some series or native histograms were refused and the rest
+stored, as the specification requires); 415 for a content type or encoding it cannot read; 429 or
 503 with ``Retry-After`` only when a retry can succeed.
 """
 
@@ -60,6 +60,7 @@ async def write(request: Request) -> Response:
         outcome = await ingest.ingest(tenant, job, body)
         counts["Samples"] = outcome.samples
         counts["Exemplars"] = outcome.exemplars
+        counts["Histograms"] = outcome.histograms
     except Exception as exc:
         status = classify(exc, request.app.state.retry_after_s)
         if status.http >= 500:

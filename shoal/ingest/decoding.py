@@ -56,6 +56,7 @@ class Decoded:
     exemplars: int = 0
     payload: bytes | None = None
     all_null: tuple[bool, ...] | None = None
+    histograms: int = 0
 
 
 def decode(job: DecodeJob, body: bytes) -> Decoded:
@@ -71,6 +72,7 @@ def decode(job: DecodeJob, body: bytes) -> Decoded:
             written.samples,
             written.exemplars,
             all_null=result.all_null,
+            histograms=written.histograms,
         )
     if job.wire not in (OTLP, OTLP_JSON):
         raise ValueError(f"unknown wire format {job.wire!r}")

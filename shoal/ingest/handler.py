@@ -56,6 +56,7 @@ class IngestOutcome:
     error_message: str
     samples: int = 0
     exemplars: int = 0
+    histograms: int = 0
 
 
 class IngestSink(Protocol):
@@ -165,7 +166,7 @@ class IngestHandler:
         if ack.accepted:
             self.metrics.accepted(signal, tenant, ack.accepted)
         message = "; ".join(ack.errors)[: self._max_error_chars] if ack.errors else ""
-        counts = (box[0].samples, box[0].exemplars) if box else (0, 0)
+        counts = (box[0].samples, box[0].exemplars, box[0].histograms) if box else (0, 0, 0)
         return IngestOutcome(ack.accepted, ack.rejected, message, *counts)
 
 

@@ -55,7 +55,14 @@ def worker_main(conn: multiprocessing.connection.Connection) -> None:
             decoded = decode(job, body)
             rows = decoded.table.num_rows
             payload = records.encode(tenant, job.signal, decoded.table) if rows else b""
-            counts = (rows, decoded.rejected, decoded.errors, decoded.samples, decoded.exemplars)
+            counts = (
+                rows,
+                decoded.rejected,
+                decoded.errors,
+                decoded.samples,
+                decoded.exemplars,
+                decoded.histograms,
+            )
         except BaseException as exc:
             conn.send((job_id, _portable(exc), None))
             continue
@@ -211,9 +218,11 @@ def _deliver(done: Done, error: Any, counts: Any, payload: bytes) -> None:
     def outcome() -> Decoded:
         if error is not None:
             raise _rebuild(error)
-        rows, rejected, errors, samples, exemplars = counts
+        rows, rejected, errors, samples, exemplars, histograms = counts
         table = records.decode(payload)[2] if rows else _EMPTY
-        return Decoded(table, rejected, errors, samples, exemplars, payload or None)
+        return Decoded(
+            table, rejected, errors, samples, exemplars, payload or None, histograms=histograms
+        )
 
     hand_over(outcome, done)
 

@@ -185,29 +185,3 @@ def scopes(request: pa.StructArray, resource_field: str, scope_field: str) -> Sc
         raw_bytes = sum(map(len, key[0])) + sum(map(len, key[3]))
         _blocks.put(key, hit, _OVERHEAD * len(key[2]) + raw_bytes + hit[0].nbytes)
     return Scopes(items, hit[0], hit[1], key)
-
-
-class Rejections:
-    """Counts rejected rows per reason and renders the partial-success messages."""
-
-    def __init__(self) -> None:
-        self._counts: dict[str, int] = {}
-        self.total = 0
-
-    def add(self, reason: str, count: int, rejected: bool = True) -> None:
-        if count <= 0:
-            return
-        self._counts[reason] = self._counts.get(reason, 0) + count
-        if rejected:
-            self.total += count
-
-    def mask(self, reason: str, bad: np.ndarray, keep: np.ndarray) -> None:
-        """Reject rows where ``bad`` holds and that are still kept; updates ``keep``."""
-        newly = bad & keep
-        count = int(newly.sum())
-        if count:
-            self.add(reason, count)
-            keep &= ~newly
-
-    def messages(self) -> list[str]:
-        return [f"{reason} ({count})" for reason, count in self._counts.items()]

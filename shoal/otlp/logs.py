@@ -10,7 +10,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyVa
 
 from shoal.errors import DecodeError
 from shoal.otlp import anyvalue, attributes
-from shoal.otlp.common import Rejections, scopes, text_or_null
+from shoal.otlp.common import scopes, text_or_null
 from shoal.rows.columns import (
     BOOL,
     flatten,
@@ -21,7 +21,7 @@ from shoal.rows.columns import (
     u32_as_int64,
     u64,
 )
-from shoal.rows.result import DecodeResult
+from shoal.rows.result import DecodeResult, Rejections
 from shoal.schema import LOGS_SCHEMA
 
 

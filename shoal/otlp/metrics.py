@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.otlp import attributes, exemplars
-from shoal.otlp.common import Rejections, scopes, text_or_null
+from shoal.otlp.common import scopes, text_or_null
 from shoal.rows.cache import DecodeCache
 from shoal.rows.columns import (
     BOOL,
@@ -35,7 +35,7 @@ from shoal.rows.columns import (
     u32_as_int64,
     u64,
 )
-from shoal.rows.result import DecodeResult
+from shoal.rows.result import DecodeResult, Rejections
 from shoal.schema import METRICS_SCHEMA
 
 TYPES = ("gauge", "sum", "histogram", "exponential_histogram", "summary")

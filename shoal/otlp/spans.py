@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.otlp import attributes
-from shoal.otlp.common import Rejections, scopes, text_or_null
+from shoal.otlp.common import scopes, text_or_null
 from shoal.rows.columns import (
     BOOL,
     I64,
@@ -21,7 +21,7 @@ from shoal.rows.columns import (
     u32_as_int64,
     u64,
 )
-from shoal.rows.result import DecodeResult
+from shoal.rows.result import DecodeResult, Rejections
 from shoal.schema import SPAN_EVENT, SPAN_LINK, SPANS_SCHEMA
 
 

@@ -90,10 +90,10 @@ def _extrapolated(counter: bool, rate: bool) -> RangeFn:
         interval += np.where(to_start < threshold, to_start, avg_gap / 2)
         interval += np.where(to_end < threshold, to_end, avg_gap / 2)
         with np.errstate(divide="ignore", invalid="ignore"):
-            result = result * (interval / sampled)
-        if rate:
-            result = result / (range_ms / 1000.0)
-        out[ok] = result
+            factor = interval / sampled
+        if rate:  # one factor, as Prometheus scales: a native histogram's buckets add up
+            factor = factor / (range_ms / 1000.0)  # to its count, to the last bit
+        out[ok] = result * factor
         return out, ok
 
     return fn

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.errors import DecodeError, UnsupportedMediaTypeError
-from shoal.promwrite import proto
+from shoal.promwrite import histograms, proto
 from shoal.rows.columns import empty_lists, empty_maps, hash_text, nulls, series_ids
 from shoal.rows.known import KnownSeries, gather
 from shoal.rows.protoarrow import ProtoArrow
@@ -72,6 +72,7 @@ class Written:
     result: DecodeResult
     samples: int
     exemplars: int
+    histograms: int = 0
 
 
 _DECODER = ProtoArrow(
@@ -102,8 +103,6 @@ def decode(body: bytes, message: str, known: KnownSeries | None = _KNOWN) -> Wri
     batch = _DECODER.batch(message, body, f"body is not a valid {message}")
     series = batch.column("timeseries").flatten()
     n = len(series)
-    if n and _has_entries(series.field("histograms")):
-        raise DecodeError("native histograms are not supported")
     symbols: pa.Array | None = None
     if message == V2:
         symbols = batch.column("symbols")[0].values
@@ -136,7 +135,10 @@ def decode(body: bytes, message: str, known: KnownSeries | None = _KNOWN) -> Wri
         named = np.asarray(table.column("metric_name").is_valid(), dtype=np.bool_)
     else:
         table, rows, named = known.rows(_keys(labels, n, key_extra), build)
-    return _rows(_Samples.of(series), table, rows, named, created, series, symbols)
+    written = _rows(_Samples.of(series), table, rows, named, created, series, symbols)
+    if n and _has_entries(series.field("histograms")):
+        written = _with_histograms(written, len(body), series, table, rows, named, created, symbols)
+    return written
 
 
 def _decode_v1_raw(body: bytes, known: KnownSeries) -> Written | None:
@@ -634,6 +636,49 @@ def _rows(
     return Written(
         DecodeResult(result, n, rejected, errors, all_null(arrays, n)), n, exemplar_count
     )
+
+
+def _with_histograms(
+    written: Written,
+    body_bytes: int,
+    series: pa.StructArray,
+    table: pa.Table,
+    rows: np.ndarray[Any, Any],
+    named: np.ndarray[Any, Any],
+    created_ms: np.ndarray[Any, Any],
+    symbols: pa.Array | None,
+) -> Written:
+    """``written`` and the request's native histograms (shoal/promwrite/histograms.py):
+    their rows after the float samples', the series' exemplars on its last histogram
+    when it has no float sample."""
+    found = histograms.decode(
+        series.field("histograms"), named, created_ms, histograms.budget(body_bytes)
+    )
+    n = len(found.owner)
+    gathered = gather(table, rows[found.owner])
+    columns: dict[str, pa.Array | pa.ChunkedArray] = dict(_constants(n))
+    columns.update(zip(gathered.column_names, gathered.columns, strict=True))
+    columns.update(found.columns)
+    only = np.bincount(found.owner, minlength=len(series)) * (
+        _lengths(series.field("samples")) == 0
+    )
+    exemplars, exemplar_count = _exemplars(series, found.owner, only, named, n, symbols)
+    if exemplar_count:
+        columns["exemplars"] = exemplars
+    arrays = list(columns.values())
+    before = written.result
+    table = pa.concat_tables([before.table, pa.Table.from_arrays(arrays, schema=METRICS_SCHEMA)])
+    mine = all_null(arrays, n)
+    result = DecodeResult(
+        table.combine_chunks(),
+        before.accepted + n,
+        before.rejected + found.rejected,
+        before.errors + found.errors,
+        None
+        if before.all_null is None
+        else tuple(a and b for a, b in zip(before.all_null, mine, strict=True)),
+    )
+    return Written(result, written.samples, written.exemplars + exemplar_count, n)
 
 
 def _exemplars(

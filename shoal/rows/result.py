@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 
 
@@ -33,3 +34,29 @@ def all_null(columns: Sequence[pa.Array | pa.ChunkedArray], rows: int) -> tuple[
     is about to be made of, asked while their wrappers exist (asking a table's columns
     makes a wrapper per column, several times the cost)."""
     return tuple(column.null_count == rows for column in columns)
+
+
+class Rejections:
+    """Counts rejected rows per reason and renders the partial-success messages."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self.total = 0
+
+    def add(self, reason: str, count: int, rejected: bool = True) -> None:
+        if count <= 0:
+            return
+        self._counts[reason] = self._counts.get(reason, 0) + count
+        if rejected:
+            self.total += count
+
+    def mask(self, reason: str, bad: np.ndarray, keep: np.ndarray) -> None:
+        """Reject rows where ``bad`` holds and that are still kept; updates ``keep``."""
+        newly = bad & keep
+        count = int(newly.sum())
+        if count:
+            self.add(reason, count)
+            keep &= ~newly
+
+    def messages(self) -> list[str]:
+        return [f"{reason} ({count})" for reason, count in self._counts.items()]

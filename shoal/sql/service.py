@@ -414,4 +414,4 @@ class QueryService:
         self.cache.close()
 
 
-__all__ = ["Prepared", "QueryError", "QueryLimitError", "QueryResult", "QueryService"]
+__all__ = ["AsOf", "Prepared", "QueryError", "QueryLimitError", "QueryResult", "QueryService"]
