@@ -161,6 +161,14 @@ def test_sql_regular_expressions_are_linear_too(server: tuple[str, dict[str, str
     assert time.monotonic() - began < BOUND_S
     assert answer.status_code == 200, answer.text
     assert answer.json()["rows"] == [[False, False, True]], answer.json()
+    refused = httpx.post(
+        f"{url}/api/v1/sql",
+        json={"query": r"SELECT 'aa' ~ '(a)\1' AS x"},
+        headers={"Authorization": f"Bearer {tokens['noisy']}"},
+        timeout=BOUND_S + 10,
+    )
+    assert refused.status_code == 400
+    assert "backreferences are not supported" in refused.text
 
 
 def test_another_tenant_is_answered_meanwhile(server: tuple[str, dict[str, str]]) -> None:
