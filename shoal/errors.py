@@ -175,6 +175,16 @@ class PromQLError(QueryError):
         self.error_type = error_type
 
 
+class PatternError(QueryError):
+    """A user's regular expression that cannot be compiled; ``reason`` says why (RE2's
+    word: a backreference, look-around, a repetition over 1000, too large)."""
+
+    def __init__(self, pattern: str, reason: str) -> None:
+        super().__init__(f"invalid regular expression {pattern!r}: {reason}")
+        self.pattern = pattern
+        self.reason = reason
+
+
 # -- auth and ingest -----------------------------------------------------------
 
 

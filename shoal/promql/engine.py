@@ -26,6 +26,7 @@ from shoal.promql.model import (
     Series,
     Value,
     Vec,
+    key,
     latest_values,
 )
 from shoal.promql.source import SampleSource
@@ -140,9 +141,7 @@ class Evaluator:
             return node.value
         if isinstance(node, Selector):
             if node.range_ms is not None:
-                return Matrix(
-                    self.data.get(id(node), []), node.range_ms, node.offset_ms, node.at_ms
-                )
+                return Matrix(self.series(node, ts), node.range_ms, node.offset_ms, node.at_ms)
             return self.instant(node, ts)
         if isinstance(node, Subquery):
             return self.subquery(node, ts)
@@ -177,10 +176,21 @@ class Evaluator:
 
     def instant(self, sel: Selector, ts: I64) -> Vec:
         eff = (np.full(len(ts), sel.at_ms) if sel.at_ms is not None else ts) - sel.offset_ms
-        found, values, present = latest_values(self.data.get(id(sel), []), eff, LOOKBACK_MS)
+        found, values, present = latest_values(self.series(sel, ts), eff, LOOKBACK_MS)
         if not found:
             return Vec.empty(len(ts))
         return Vec([s.labels for s in found], values, present)
+
+    def series(self, sel: Selector, ts: I64) -> list[Series]:
+        """The selector's series; at a single step in the order of their labels, the order
+        in which Prometheus' storage hands series to an instant query. Every operation
+        keeps its input's order (or that of the groups' first rows), so an instant
+        answer lists its series, and ``topk``/``bottomk`` their groups, as Prometheus
+        does; a range answer is sorted at the end anyway."""
+        found = self.data.get(id(sel), [])
+        if len(ts) != 1:
+            return found
+        return sorted(found, key=lambda s: key(s.labels))
 
     def subquery(self, node: Subquery, ts: I64) -> Matrix:
         step = node.step_ms or DEFAULT_SUBQUERY_STEP_MS

@@ -9,9 +9,8 @@ from typing import Protocol
 
 import numpy as np
 
-from shoal.errors import PromQLError
+from shoal.errors import PatternError, PromQLError
 from shoal.promql import native, ranges
-from shoal.promql.matchers import go_regex
 from shoal.promql.model import (
     F64,
     I64,
@@ -28,6 +27,7 @@ from shoal.promql.model import (
     merge_rows,
 )
 from shoal.promql.tree import Call, Node, Selector
+from shoal.regex import compile_pattern
 
 
 class Evaluator(Protocol):
@@ -118,41 +118,28 @@ def _date(name: str, seconds: F64) -> F64:
     return out
 
 
-def _expand(template: str, match: re.Match[str]) -> str:
-    def one(m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(2)
-        if name.isdigit():
-            idx = int(name)
-            return (match.group(idx) or "") if idx <= (match.re.groups) else ""
-        try:
-            return match.group(name) or ""
-        except IndexError:
-            return ""
-
-    return re.sub(r"\$(?:\{(\w+)\}|(\w+))", one, template.replace("$$", "\0")).replace("\0", "$")
-
-
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
 def _label_replace(vec: Vec, dst: str, repl: str, src: str, regex: str) -> Vec:
     try:
-        pattern = go_regex(regex)
-    except re.error as exc:
+        pattern = compile_pattern(regex, standalone=False)
+    except PatternError as exc:
         raise PromQLError(
-            f"invalid regular expression in label_replace(): {regex}", error_type="execution"
-        ) from exc
+            f"invalid regular expression in label_replace(): {regex} ({exc.reason})",
+            error_type="execution",
+        ) from None
     if not _LABEL_NAME.fullmatch(dst):
         raise PromQLError(
             f"invalid destination label name in label_replace(): {dst}", error_type="execution"
         )
     labels = []
     for lab in vec.labels:
-        m = pattern.fullmatch(lab.get(src, ""))
-        if m is None:
+        value = pattern.replace(lab.get(src, ""), repl)
+        if value is None:
             labels.append(dict(lab))
             continue
-        labels.append(_with_label(lab, dst, _expand(repl, m)))
+        labels.append(_with_label(lab, dst, value))
     return merge_rows(labels, vec.values, vec.present)
 
 

@@ -59,44 +59,85 @@ def _extrapolated(counter: bool, rate: bool) -> RangeFn:
     def fn(
         s: Flat, lo: I64, hi: I64, eff: I64, range_ms: int, ts: I64, args: list[float]
     ) -> tuple[F64, Mask]:
-        t, v = s.t, s.v
         ok = (hi - lo) >= 2
         out = np.full(len(lo), np.nan)
-        if not ok.any():
-            return out, ok
-        a, b = lo[ok], hi[ok] - 1
-        first, last = v[a], v[b]
-        result = last - first
-        if counter:
-            prev = np.concatenate([[0.0], v[:-1]])
-            drops = np.where(v < prev, prev, 0.0)
-            drops[s.first] = 0.0  # no drop across the start of a series
-            pref = np.concatenate([[0.0], np.cumsum(drops)])
-            result = result + (pref[b + 1] - pref[a + 1])
-        range_start = (eff[ok] - range_ms).astype(np.float64)
-        range_end = eff[ok].astype(np.float64)
-        to_start = (t[a] - range_start) / 1000.0
-        to_end = (range_end - t[b]) / 1000.0
-        sampled = (t[b] - t[a]) / 1000.0
-        avg_gap = sampled / (hi[ok] - lo[ok] - 1)
-        if counter:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                to_zero = sampled * (first / result)
-            # Prometheus: for floats only, not for histograms
-            use = (result > 0) & (first >= 0) & (to_zero < to_start) & ~s.hist[a]
-            to_start = np.where(use, to_zero, to_start)
-        threshold = avg_gap * 1.1
-        interval = sampled.copy()
-        interval += np.where(to_start < threshold, to_start, avg_gap / 2)
-        interval += np.where(to_end < threshold, to_end, avg_gap / 2)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            factor = interval / sampled
-        if rate:  # one factor, as Prometheus scales: a native histogram's buckets add up
-            factor = factor / (range_ms / 1000.0)  # to its count, to the last bit
-        out[ok] = result * factor
+        if ok.any():
+            with np.errstate(all="ignore"):  # infinities and NaN as Go's float64 has them
+                out[ok] = _extrapolate(s, lo[ok], hi[ok] - 1, eff[ok], range_ms, counter, rate)
         return out, ok
 
     return fn
+
+
+def _extrapolate(
+    s: Flat, a: I64, b: I64, eff: I64, range_ms: int, counter: bool, rate: bool
+) -> F64:
+    """``rate``, ``increase`` or ``delta`` of the windows from sample ``a`` to sample ``b``
+    (inclusive), ending at ``eff``, with Prometheus 2.42's floating-point operations in
+    its order: the last value minus the first, each counter reset's value added one
+    after another, the extrapolation factor (divided by the range in seconds for
+    ``rate``), and the result times that factor. Rounding happens at the same places,
+    so the answers are Prometheus' to the bit."""
+    t, v = s.t, s.v
+    first, last = v[a], v[b]
+    result = last - first
+    if counter:
+        result = _add_resets(s, a, b, result)
+    to_start = (t[a] - (eff - range_ms).astype(np.float64)) / 1000.0
+    to_end = (eff.astype(np.float64) - t[b]) / 1000.0
+    sampled = (t[b] - t[a]) / 1000.0
+    avg_gap = sampled / (b - a)
+    if counter:
+        to_zero = sampled * (first / result)
+        # Prometheus: for floats only, not for histograms
+        use = (result > 0) & (first >= 0) & (to_zero < to_start) & ~s.hist[a]
+        to_start = np.where(use, to_zero, to_start)
+    threshold = avg_gap * 1.1
+    interval = sampled.copy()
+    interval += np.where(to_start < threshold, to_start, avg_gap / 2)
+    interval += np.where(to_end < threshold, to_end, avg_gap / 2)
+    factor = interval / sampled
+    if rate:
+        factor = factor / duration_seconds(range_ms)
+    out: F64 = result * factor
+    return out
+
+
+def duration_seconds(ms: int) -> float:
+    """A duration in seconds as Go's ``Duration.Seconds`` gives it: whole seconds plus the
+    remaining nanoseconds over 1e9 (for 1001 ms not quite ``1001 / 1000``)."""
+    whole, rest = divmod(ms, 1000)
+    return float(whole) + float(rest * 1_000_000) / 1e9
+
+
+def _add_resets(s: Flat, a: I64, b: I64, result: F64) -> F64:
+    """``result`` plus, for each window ``a..b``, the value before every drop in it, added
+    one drop at a time in the window's order (a sum of the drops first, or a difference
+    of running sums, would round differently). Column-wise in rounds: round ``k`` adds
+    the k-th drop of every window that has that many, so the loop runs as many times as
+    the most drops in one window, never once per sample. The windows are sorted by
+    their number of drops, so those still adding are always the first ones."""
+    v = s.v
+    drop = np.zeros(len(v), dtype=bool)
+    drop[1:] = v[1:] < v[:-1]
+    drop[s.first] = False  # no drop across the start of a series
+    at = np.flatnonzero(drop)
+    if not len(at):
+        return result
+    before = v[at - 1]
+    start = np.searchsorted(at, a + 1, side="left")
+    count = np.searchsorted(at, b, side="right") - start
+    rows = np.flatnonzero(count)
+    if not len(rows):
+        return result
+    rows = rows[np.argsort(-count[rows], kind="stable")]
+    most, first_drop, sums = count[rows], start[rows], result[rows]
+    still = np.searchsorted(-most, -np.arange(int(most[0])), side="left")
+    for k, n in enumerate(still.tolist()):
+        sums[:n] += before[first_drop[:n] + k]
+    result = result.copy()
+    result[rows] = sums
+    return result
 
 
 def _instant(rate: bool) -> RangeFn:
