@@ -17,10 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
-from shoal.api.auth import TokenStore
 
 from loadtest.ingest import ServerProcess
 from loadtest.remote_write import compress, encode
+from shoal.auth import TokenStore
 from tests.promql.conftest import REPO
 
 LONG = 5_000
