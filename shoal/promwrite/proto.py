@@ -15,6 +15,8 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2
 
+from shoal.rows.protoarrow import ProtoArrow
+
 _F = descriptor_pb2.FieldDescriptorProto
 
 
@@ -123,6 +125,8 @@ V1_RAW_FILE = _file(
 bytes: the wire format is the same, and a request whose series were all seen before
 needs no more than its samples decoded and its label bytes as cache keys."""
 
+V1 = "prometheus.WriteRequest"
+V2 = "io.prometheus.write.v2.Request"
 V1_RAW = "prometheus.raw.WriteRequest"
 
 HISTOGRAM_FILE = _file(
@@ -176,3 +180,12 @@ HISTOGRAMS = "shoal.promwrite.histogram.Histograms"
 V1_TYPES = {0: "unknown", 1: "counter", 2: "gauge", 3: "histogram", 4: "gaugehistogram",
             5: "summary", 6: "info", 7: "stateset"}  # fmt: skip
 """``MetricMetadata.type`` of 1.0 and ``Metadata.type`` of 2.0 (same numbers)."""
+
+
+DECODER = ProtoArrow(
+    lambda: [
+        V1_FILE.SerializeToString(),
+        V2_FILE.SerializeToString(),
+        V1_RAW_FILE.SerializeToString(),
+    ]
+)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from loadtest import remote_write
 from shoal.errors import DecodeError
-from shoal.promwrite import decode as decode_module
+from shoal.promwrite import cached
 from shoal.promwrite.decode import V1, V2, decode
 from shoal.rows import known as known_module
 from shoal.rows.known import KnownSeries, _Known
@@ -74,12 +74,12 @@ def _same(a: pa.Table, b: pa.Table) -> None:
 @contextlib.contextmanager
 def _scanner(on: bool) -> Iterator[None]:
     """The C scanner in use (as built) or not (ptars reads cached series instead)."""
-    built = decode_module.SCAN_V1
-    decode_module.SCAN_V1 = built if on else None
+    built = cached.SCAN_V1
+    cached.SCAN_V1 = built if on else None
     try:
         yield
     finally:
-        decode_module.SCAN_V1 = built
+        cached.SCAN_V1 = built
 
 
 @pytest.mark.parametrize("scan", [True, False], ids=["C scanner", "ptars"])
@@ -289,7 +289,7 @@ def test_rows_keep_none_of_the_decoded_request_alive(
     ~590 MB when the value column was a view). A 1.0 request of cached series read by
     the C scanner meets no protobuf decoder at all."""
     if not scan:
-        monkeypatch.setattr(decode_module, "SCAN_V1", None)
+        monkeypatch.setattr(cached, "SCAN_V1", None)
     known = KnownSeries(max_series=100, max_bytes=1 << 30)
     for times in ([1], [2, 3]):  # new series, then all of them cached
         decoder_output.clear()

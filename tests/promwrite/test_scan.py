@@ -1,7 +1,7 @@
 """The remote-write scanner in C (``shoal/promwrite/_scan.c``) against ptars, its oracle.
 
 For every body, the scanner either leaves the request to the decoder in Python (None) or
-returns exactly what ptars and ``decode._raw_keys`` make of it: the same cache keys, the
+returns exactly what ptars and ``labels.raw_keys`` make of it: the same cache keys, the
 same samples per series, the same values and timestamps. Bodies are written field by
 field here, so that they hold what real senders rarely send: unknown fields, fields
 repeated or out of order, negative timestamps, NaNs, labels that are not UTF-8."""
@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 
 from loadtest import remote_write
 from shoal.errors import DecodeError
-from shoal.promwrite import decode, proto
+from shoal.promwrite import cached, proto
+from shoal.promwrite import labels as series_labels
 from tests import wire_fields
 
-SCAN = decode.SCAN_V1
+SCAN = cached.SCAN_V1
 
 
 def test_the_scanner_is_built() -> None:
@@ -92,19 +93,19 @@ def requests(draw: st.DrawFn) -> bytes:
 def _ptars(body: bytes) -> tuple[list[bytes], list[int], np.ndarray, np.ndarray] | None:
     """What the decoder in Python reads of a body, or None where it leaves it to the full one."""
     try:
-        batch = decode._DECODER.batch(proto.V1_RAW, body, "")
+        batch = proto.DECODER.batch(proto.V1_RAW, body, "")
     except DecodeError:
         return None
     timeseries = batch.column("timeseries").flatten()
     if (
         not len(timeseries)
-        or decode._has_entries(batch.column("metadata"))
-        or decode._has_entries(timeseries.field("exemplars"))
-        or decode._has_entries(timeseries.field("histograms"))
+        or series_labels.has_entries(batch.column("metadata"))
+        or series_labels.has_entries(timeseries.field("exemplars"))
+        or series_labels.has_entries(timeseries.field("histograms"))
     ):
         return None
-    keys = decode._raw_keys(timeseries.field("labels"), len(timeseries)).to_pylist()
-    samples = decode._Samples.of(timeseries)
+    keys = series_labels.raw_keys(timeseries.field("labels"), len(timeseries)).to_pylist()
+    samples = series_labels.Samples.of(timeseries)
     return keys, samples.counts.tolist(), samples.values, samples.t_ms
 
 
@@ -112,7 +113,7 @@ def _scanned(body: bytes) -> tuple[list[bytes], list[int], np.ndarray, np.ndarra
     out = _scan(body)
     if out is None:
         return None
-    keys, samples = decode._scanned(out)
+    keys, samples = cached.scanned_keys(out)
     return keys.to_pylist(), samples.counts.tolist(), samples.values, samples.t_ms
 
 
