@@ -34,8 +34,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from loadtest.stats import percentile
-from shoal.storage import TableStore
 from shoal.storage.importer import import_files, spec_for_file
+from shoal.storage.store import TableStore
 
 ROOT = Path(".bench")
 DAY0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)

@@ -80,6 +80,9 @@ def decode(job: DecodeJob, body: bytes) -> Decoded:
     return Decoded(result.table, result.rejected, result.errors, all_null=result.all_null)
 
 
+Source = tuple[DecodeJob, bytes]
+"""A request as it came: how to read it, and its body."""
+
 Done = Callable[[Decoded | BaseException], None]
 """Called once per job, on a thread of the runner, with the outcome or the error."""
 

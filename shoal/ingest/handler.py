@@ -21,11 +21,9 @@ import logging
 import time
 from typing import Protocol
 
-import pyarrow as pa
-
 from shoal.errors import refusal_reason
 from shoal.ingest.ack import Ack
-from shoal.ingest.decoding import Decoded, DecodeJob, DecodeRunner, ThreadDecoder
+from shoal.ingest.decoding import Decoded, DecodeJob, DecodeRunner, Source, ThreadDecoder
 
 logger = logging.getLogger(__name__)
 
@@ -67,21 +65,11 @@ class IngestSink(Protocol):
         request; hold it back first while the flusher's backlog is over its cap."""
         ...
 
-    def append(
-        self,
-        tenant: str,
-        signal: str,
-        table: pa.Table,
-        ack: Ack,
-        payload: bytes | None = None,
-        source: tuple[DecodeJob, bytes] | None = None,
-        all_null: tuple[bool, ...] | None = None,
-    ) -> None:
-        """On a worker thread: take a queue slot for ``table`` of ``tenant``, encode and
-        append it (``payload``, when given, is its WAL payload, already encoded;
-        ``source``, the job and body the rows were decoded from, which the sink may log
-        instead of the rows; ``all_null``, per column, whether every row is null, when
-        the decoder said).
+    def append(self, tenant: str, rows: Decoded, ack: Ack, source: Source) -> None:
+        """On a worker thread: take a queue slot for the decoded ``rows`` of ``tenant``,
+        encode and append them (``rows.payload``, when the decoder built it, is their WAL
+        payload already; ``source``, the job and body they were decoded from, which the
+        sink may log instead of the rows).
 
         Raises if it is refused at once; otherwise ``ack`` is resolved with the WAL LSN
         once the rows are durable (and among the unflushed rows), or failed."""
@@ -109,7 +97,7 @@ class IngestHandler:
         signal: str,
         ack: Ack,
         box: list[Decoded],
-        source: tuple[DecodeJob, bytes],
+        source: Source,
         outcome: Decoded | BaseException,
     ) -> None:
         """The decoder's thread: hand the rows to the sink; never raises."""
@@ -121,9 +109,7 @@ class IngestHandler:
             ack.errors = outcome.errors
             if outcome.table.num_rows:
                 ack.accepted = outcome.table.num_rows
-                self.sink.append(
-                    tenant, signal, outcome.table, ack, outcome.payload, source, outcome.all_null
-                )
+                self.sink.append(tenant, outcome, ack, source)
             else:
                 ack.resolve(0)
         except BaseException as exc:

@@ -23,7 +23,7 @@ import pyarrow as pa
 from shoal.errors import NotReadyError, ShuttingDownError, WalFatalError
 from shoal.ingest import records
 from shoal.ingest.ack import Ack, resolve_acks
-from shoal.ingest.decoding import DecodeJob
+from shoal.ingest.decoding import Decoded, Source
 from shoal.ingest.queue import IngestQueue
 
 logger = logging.getLogger(__name__)
@@ -86,18 +86,9 @@ class Ingestor:
         if self.state is State.DRAINING:
             raise ShuttingDownError("shoal is shutting down; retry against the restarted server")
 
-    def append(
-        self,
-        tenant: str,
-        signal: str,
-        table: pa.Table,
-        ack: Ack,
-        payload: bytes | None = None,
-        source: tuple[DecodeJob, bytes] | None = None,
-        all_null: tuple[bool, ...] | None = None,
-    ) -> None:
-        """Decoder's thread: admit, encode (unless ``payload`` is the encoded rows), append;
-        ``ack`` resolves in :meth:`on_durable`.
+    def append(self, tenant: str, rows: Decoded, ack: Ack, source: Source) -> None:
+        """Decoder's thread: admit, encode (unless ``rows.payload`` is the encoded rows),
+        append; ``ack`` resolves in :meth:`on_durable`.
 
         A protobuf request (remote write, OTLP over HTTP or gRPC) is logged as
         ``source``, its job and body, instead of its rows (``records.encode_request``).
@@ -107,14 +98,15 @@ class Ingestor:
         self._check_state()
         wal = self._wal
         assert wal is not None
+        signal, table, payload = source[0].signal, rows.table, rows.payload
         # What the rows count for is the length of their encoded rows, also when they are
         # slices of larger buffers (a decoder's cache), whose buffer sizes would count
         # those whole, and when the request is logged instead.
         if payload is not None:
             nbytes = len(payload)
-        elif source is not None and source[0].wire in records.LOGGED_AS_REQUESTS:
+        elif source[0].wire in records.LOGGED_AS_REQUESTS:
             payload = records.encode_request(tenant, signal, *source)
-            nbytes = records.rows_bytes(tenant, signal, table, all_null)
+            nbytes = records.rows_bytes(tenant, signal, table, rows.all_null)
         else:
             payload = records.encode(tenant, signal, table)
             nbytes = len(payload)

@@ -26,6 +26,7 @@ Depth and bytes are read on scrape; overflows are counted by reason.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -42,31 +43,27 @@ MAX_HELD = 64
 once (each holds its connection, and over gRPC its message)."""
 
 
+@dataclasses.dataclass(eq=False)
 class IngestQueue:
-    def __init__(
-        self,
-        max_requests: int,
-        max_bytes: int,
-        retry_after_s: float,
-        on_overflow: Callable[[str], None] | None = None,
-        backlog: Callable[[], int] | None = None,
-        max_backlog_bytes: int = 0,
-        backlog_wait_s: float = 0.0,
-        on_wait: Callable[[float], None] | None = None,
-    ) -> None:
-        self.max_requests = max_requests
-        self.max_bytes = max_bytes
-        self.retry_after_s = retry_after_s
-        self._on_overflow = on_overflow
-        self._backlog = backlog
-        self.max_backlog_bytes = max_backlog_bytes
-        self.backlog_wait_s = backlog_wait_s
-        self._on_wait = on_wait
-        self._lock = threading.Lock()
-        self._requests = 0
-        self._bytes = 0
+    """The bounds (requests and bytes in flight, the backlog's cap and wait) and the
+    callbacks that report what the queue does (overflows by reason, waits)."""
+
+    max_requests: int
+    max_bytes: int
+    retry_after_s: float
+    on_overflow: Callable[[str], None] | None = None
+    backlog: Callable[[], int] | None = None
+    """The flusher's backlog in bytes (the unflushed rows'), read when it matters."""
+    max_backlog_bytes: int = 0
+    backlog_wait_s: float = 0.0
+    on_wait: Callable[[float], None] | None = None
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, init=False)
+    _requests: int = dataclasses.field(default=0, init=False)
+    _bytes: int = dataclasses.field(default=0, init=False)
+    _held: int = dataclasses.field(default=0, init=False)
+
+    def __post_init__(self) -> None:
         self._drained = threading.Condition(self._lock)
-        self._held = 0
 
     @property
     def depth(self) -> int:
@@ -92,8 +89,8 @@ class IngestQueue:
                     await asyncio.sleep(BACKLOG_POLL_S)
             finally:
                 self._held -= 1
-                if self._on_wait is not None:
-                    self._on_wait(time.monotonic() - began)
+                if self.on_wait is not None:
+                    self.on_wait(time.monotonic() - began)
         self.check()
 
     def check(self) -> None:
@@ -106,9 +103,9 @@ class IngestQueue:
     def backlogged(self) -> bool:
         """Whether the flusher's backlog is over its cap (ingest is held back, then refused)."""
         return (
-            self._backlog is not None
+            self.backlog is not None
             and self.max_backlog_bytes > 0
-            and self._backlog() > self.max_backlog_bytes
+            and self.backlog() > self.max_backlog_bytes
         )
 
     def acquire(self, nbytes: int) -> None:
@@ -140,8 +137,8 @@ class IngestQueue:
                 time.sleep(min(BACKLOG_POLL_S, left))
             return True
         finally:
-            if self._on_wait is not None and self.backlog_wait_s > 0:
-                self._on_wait(time.monotonic() - began)
+            if self.on_wait is not None and self.backlog_wait_s > 0:
+                self.on_wait(time.monotonic() - began)
 
     def release(self, nbytes: int) -> None:
         with self._lock:
@@ -156,6 +153,6 @@ class IngestQueue:
             return self._drained.wait_for(lambda: self._requests == 0, timeout)
 
     def _overflow(self, reason: str) -> None:
-        if self._on_overflow is not None:
-            self._on_overflow(reason)
+        if self.on_overflow is not None:
+            self.on_overflow(reason)
         raise OverloadedError(reason, self.retry_after_s)

@@ -3,8 +3,6 @@ the session's prepared statements and portals."""
 
 from __future__ import annotations
 
-import asyncio
-
 from shoal.pgwire import codec, cursors, params, results
 from shoal.pgwire.session import Portal, Session, SessionError, Statement
 from shoal.pgwire.sqltext import split_statements, substitute
@@ -25,12 +23,7 @@ async def handle(session: Session, message: codec.FrontendMessage) -> None:
         return
     if session.skip_until_sync:
         return
-    try:
-        await session.cancellable(_extended_one(session, message))
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        session.error(exc)
+    if not await session.attempt(_extended_one(session, message)):
         session.skip_until_sync = True
 
 
@@ -45,7 +38,7 @@ async def _extended_one(session: Session, message: codec.FrontendMessage) -> Non
         await _execute(session, message)
     elif isinstance(message, codec.Close):
         if message.kind == "S":
-            session.statements.pop(message.name, None)
+            session.prepared.pop(message.name, None)
         else:
             portal = session.portals.pop(message.name, None)
             if portal is not None:
@@ -56,19 +49,19 @@ async def _extended_one(session: Session, message: codec.FrontendMessage) -> Non
 
 
 def _parse(session: Session, message: codec.Parse) -> None:
-    if message.name and message.name in session.statements:
+    if message.name and message.name in session.prepared:
         raise SessionError("42P05", f'prepared statement "{message.name}" already exists')
     found = split_statements(message.sql)
     if len(found) > 1:
         raise SessionError("42601", "cannot insert multiple commands into a prepared statement")
     sql = found[0] if found else ""
     oids = params.parameter_types(sql, message.param_types)
-    session.statements[message.name] = Statement(sql, oids)
+    session.prepared[message.name] = Statement(sql, oids)
     session.send(codec.parse_complete())
 
 
 def _bind(session: Session, message: codec.Bind) -> None:
-    statement = session.statements.get(message.statement)
+    statement = session.prepared.get(message.statement)
     if statement is None:
         raise SessionError("26000", f'prepared statement "{message.statement}" does not exist')
     if message.portal and message.portal in session.portals:
@@ -91,7 +84,7 @@ def _bind(session: Session, message: codec.Bind) -> None:
 
 async def _describe(session: Session, message: codec.Describe) -> None:
     if message.kind == "S":
-        statement = session.statements.get(message.name)
+        statement = session.prepared.get(message.name)
         if statement is None:
             raise SessionError("26000", f'prepared statement "{message.name}" does not exist')
         session.send(codec.parameter_description(statement.param_oids))
@@ -119,8 +112,8 @@ async def _describe(session: Session, message: codec.Describe) -> None:
             session.send(codec.row_description(results.fields(statement.schema, formats)))
         return
     portal = session.portals.get(message.name)
-    if portal is None and message.name in session.cursors:
-        portal = session.cursors[message.name][0]  # a cursor is a portal by that name
+    if portal is None and message.name in session.open_cursors:
+        portal = session.open_cursors[message.name][0]  # a cursor is a portal by that name
     if portal is None:
         raise SessionError("34000", f'portal "{message.name}" does not exist')
     if portal.cursor_op is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import logging
 import secrets
@@ -230,27 +231,23 @@ class Connection:
                 raise self._fatal("08P01", f"unexpected {type(message).__name__} message")
 
 
+@dataclasses.dataclass(eq=False)
 class PgServer:
     """The listener; :meth:`start` binds, :meth:`close` stops it and ends every session."""
 
-    def __init__(
-        self,
-        service: QueryService,
-        authenticator: Authenticator,
-        ssl_context: ssl.SSLContext | None = None,
-        max_message_bytes: int = 1 << 20,
-        max_connections: int = 64,
-    ) -> None:
-        self.service = service
-        self.authenticator = authenticator
-        self.ssl_context = ssl_context
-        self.max_message_bytes = max_message_bytes
-        self.max_connections = max_connections
-        self.sessions: dict[int, tuple[int, Session]] = {}
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._next_pid = 1000 + secrets.randbelow(1000)
+    service: QueryService
+    authenticator: Authenticator
+    ssl_context: ssl.SSLContext | None = None
+    max_message_bytes: int = 1 << 20
+    max_connections: int = 64
+    sessions: dict[int, tuple[int, Session]] = dataclasses.field(default_factory=dict, init=False)
+    """By process id: the cancel key's secret, and the session."""
+    port: int = dataclasses.field(default=0, init=False)
+    _server: asyncio.Server | None = dataclasses.field(default=None, init=False)
+    _tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set, init=False)
+    _next_pid: int = dataclasses.field(
+        default_factory=lambda: 1000 + secrets.randbelow(1000), init=False
+    )
 
     def new_key(self) -> tuple[int, int]:
         self._next_pid += 1

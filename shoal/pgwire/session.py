@@ -96,39 +96,36 @@ class Portal:
         self.done = True
 
 
+@dataclasses.dataclass(eq=False)
 class Session:
-    """The protocol state of one connection after authentication."""
+    """The protocol state of one connection after authentication: who it is, how to
+    write to the client (``send``, ``drain``, ``buffered``: bytes not yet sent), and
+    whether the client is gone (``peer_gone``)."""
 
-    def __init__(
-        self,
-        service: QueryService,
-        tenant: str,
-        user: str,
-        pid: int,
-        settings: dict[str, str],
-        send: Callable[[bytes], None],
-        drain: Callable[[], Awaitable[None]],
-        buffered: Callable[[], int],
-        peer_gone: Callable[[], bool] = lambda: False,
-    ) -> None:
-        self.service = service
-        self.tenant = tenant
-        self.user = user
-        self.pid = pid
-        self.settings = settings
-        self.defaults = dict(settings)
-        self.send = send
-        self.drain = drain
-        self._buffered = buffered
-        self._peer_gone = peer_gone
-        self.statements: dict[str, Statement] = {}
-        self.portals: dict[str, Portal] = {}
-        self.cursors: dict[str, tuple[Portal, bool]] = {}  # name: (portal, WITH HOLD)
-        self.in_transaction = False
-        self.skip_until_sync = False
-        self._task: asyncio.Task[Any] | None = None
-        self._cancel_requested = False
-        self._catalog: tuple[float, dict[str, pa.Table]] | None = None
+    service: QueryService
+    tenant: str
+    user: str
+    pid: int
+    settings: dict[str, str]
+    send: Callable[[bytes], None]
+    drain: Callable[[], Awaitable[None]]
+    buffered: Callable[[], int]
+    peer_gone: Callable[[], bool] = lambda: False
+    prepared: dict[str, Statement] = dataclasses.field(default_factory=dict, init=False)
+    """Prepared statements by name."""
+    portals: dict[str, Portal] = dataclasses.field(default_factory=dict, init=False)
+    open_cursors: dict[str, tuple[Portal, bool]] = dataclasses.field(
+        default_factory=dict, init=False
+    )
+    """By name: the portal, and whether it was declared WITH HOLD."""
+    in_transaction: bool = dataclasses.field(default=False, init=False)
+    skip_until_sync: bool = dataclasses.field(default=False, init=False)
+    _task: asyncio.Task[Any] | None = dataclasses.field(default=None, init=False)
+    _cancel_requested: bool = dataclasses.field(default=False, init=False)
+    _catalog: tuple[float, dict[str, pa.Table]] | None = dataclasses.field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.defaults = dict(self.settings)
 
     # -- cancellation ---------------------------------------------------------------
 
@@ -148,7 +145,7 @@ class Session:
         try:
             while not task.done():
                 await asyncio.wait({task}, timeout=PEER_CHECK_S)
-                if not task.done() and self._peer_gone():
+                if not task.done() and self.peer_gone():
                     # the client hung up mid-query: stop the work nobody will read
                     logger.info("pgwire session %d: client gone, cancelling its query", self.pid)
                     task.cancel()
@@ -162,10 +159,22 @@ class Session:
             raise Cancelled()
         task.result()
 
+    async def attempt(self, work: Coroutine[Any, Any, None]) -> bool:
+        """Run one statement's or message's ``work`` (:meth:`cancellable`); an error is
+        answered with an ErrorResponse and False returned, and the session goes on."""
+        try:
+            await self.cancellable(work)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.error(exc)
+            return False
+        return True
+
     # -- output ---------------------------------------------------------------------
 
     async def maybe_drain(self) -> None:
-        if self._buffered() >= FLUSH_BYTES:
+        if self.buffered() >= FLUSH_BYTES:
             await self.drain()
 
     def ready(self) -> bytes:
@@ -199,10 +208,10 @@ class Session:
             self.in_transaction = True
         elif local is not None and local.transaction == "end":
             self.in_transaction = False
-            for name, (portal, hold) in list(self.cursors.items()):
+            for name, (portal, hold) in list(self.open_cursors.items()):
                 if not hold:
                     portal.close()
-                    del self.cursors[name]
+                    del self.open_cursors[name]
         return local
 
     async def _start(self, sql: str) -> QueryResult:
@@ -300,25 +309,25 @@ class Session:
     # -- SQL cursors ----------------------------------------------------------------
 
     async def _declare(self, op: cursors.Declare) -> None:
-        if op.name in self.cursors:
+        if op.name in self.open_cursors:
             raise SessionError("42P03", f'cursor "{op.name}" already exists')
         portal = Portal(Statement(op.query, []), op.query, [])
         await self.open(portal)
         assert portal.schema is not None
         portal.formats = [1 if op.binary else 0] * len(portal.schema)
-        self.cursors[op.name] = (portal, op.hold)
+        self.open_cursors[op.name] = (portal, op.hold)
 
     def cursor(self, name: str) -> Portal:
-        entry = self.cursors.get(name)
+        entry = self.open_cursors.get(name)
         if entry is None:
             raise SessionError("34000", f'cursor "{name}" does not exist')
         return entry[0]
 
     def _close_cursor(self, op: cursors.CloseCursor) -> None:
-        names = list(self.cursors) if op.name is None else [op.name]
+        names = list(self.open_cursors) if op.name is None else [op.name]
         for name in names:
             self.cursor(name).close()
-            del self.cursors[name]
+            del self.open_cursors[name]
 
     async def _fetch(self, op: cursors.Fetch, formats: list[int] | None) -> None:
         """Send the next rows of a cursor (in ``formats``, else the cursor's own)."""
@@ -372,9 +381,9 @@ class Session:
 
     def close(self) -> None:
         self.close_portals()
-        for portal, _ in self.cursors.values():
+        for portal, _ in self.open_cursors.values():
             portal.close()
-        self.cursors.clear()
+        self.open_cursors.clear()
         task = self._task
         if task is not None:
             task.cancel()

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from shoal.pgwire import codec, cursors, results
 from shoal.pgwire.session import COPY_TO_STDOUT, Portal, Session, SessionError, Statement
 from shoal.pgwire.sqltext import SqlTextError, split_statements
@@ -21,12 +19,7 @@ async def query(session: Session, sql: str) -> None:
     if not statements:
         session.send(codec.empty_query_response())
     for text in statements:
-        try:
-            await session.cancellable(_simple_one(session, text))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            session.error(exc)
+        if not await session.attempt(_simple_one(session, text)):
             break
     session.send(session.ready())
     await session.drain()

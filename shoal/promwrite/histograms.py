@@ -104,20 +104,11 @@ def decode(
 
 def _messages(encoded: pa.Array) -> pa.StructArray:
     """The ``Histogram`` messages ``encoded``, decoded at once (one struct per message)."""
-    wrapper = b"".join(b"\x0a" + _varint(len(m)) + m for m in encoded.to_pylist())
+    wrapper = b"".join(b"\x0a" + proto.varint(len(m)) + m for m in encoded.to_pylist())
     what = "a native histogram is not a valid Histogram message"
     batch = _DECODER.batch(proto.HISTOGRAMS, wrapper, what)
     flat: pa.StructArray = pc.list_flatten(batch.column("histograms"))
     return flat
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _numbers(h: pa.StructArray, name: str, fill: float | None = None) -> np.ndarray[Any, Any]:

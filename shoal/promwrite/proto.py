@@ -17,7 +17,8 @@ from google.protobuf import descriptor_pb2
 
 from shoal.rows.protoarrow import ProtoArrow
 
-_F = descriptor_pb2.FieldDescriptorProto
+FIELD = _F = descriptor_pb2.FieldDescriptorProto
+"""A field's descriptor type (``FIELD.TYPE_INT64``...)."""
 
 
 def _field(
@@ -34,7 +35,7 @@ def _field(
         field.type_name = type_name
 
 
-def _file(
+def file_descriptor(
     package: str, build: dict[str, list[tuple[Any, ...]]]
 ) -> descriptor_pb2.FileDescriptorProto:
     proto = descriptor_pb2.FileDescriptorProto(
@@ -47,7 +48,7 @@ def _file(
     return proto
 
 
-V1_FILE = _file(
+V1_FILE = file_descriptor(
     "prometheus",
     {
         "WriteRequest": [
@@ -76,7 +77,7 @@ V1_FILE = _file(
     },
 )
 
-V2_FILE = _file(
+V2_FILE = file_descriptor(
     "io.prometheus.write.v2",
     {
         "Request": [
@@ -105,7 +106,7 @@ V2_FILE = _file(
     },
 )
 
-V1_RAW_FILE = _file(
+V1_RAW_FILE = file_descriptor(
     "prometheus.raw",
     {
         "WriteRequest": [
@@ -129,7 +130,7 @@ V1 = "prometheus.WriteRequest"
 V2 = "io.prometheus.write.v2.Request"
 V1_RAW = "prometheus.raw.WriteRequest"
 
-HISTOGRAM_FILE = _file(
+HISTOGRAM_FILE = file_descriptor(
     "shoal.promwrite.histogram",
     {
         "Histogram": [
@@ -189,3 +190,14 @@ DECODER = ProtoArrow(
         V1_RAW_FILE.SerializeToString(),
     ]
 )
+
+
+def varint(n: int) -> bytes:
+    """``n`` as a protobuf varint (a negative ``n`` as its 64-bit two's complement)."""
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)

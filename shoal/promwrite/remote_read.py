@@ -33,7 +33,8 @@ from google.protobuf import descriptor_pool, message, message_factory
 
 from shoal.errors import DecodeError
 from shoal.promwrite import xorchunk
-from shoal.promwrite.proto import _F, _file
+from shoal.promwrite.proto import FIELD as _F
+from shoal.promwrite.proto import file_descriptor, varint
 
 SAMPLES = 0
 STREAMED_XOR_CHUNKS = 1
@@ -52,7 +53,7 @@ MATCH_TYPES = {0: "=", 1: "!=", 2: "=~", 3: "!~"}
 CHUNK_XOR = 1
 """``Chunk.Encoding.XOR``."""
 
-READ_FILE = _file(
+READ_FILE = file_descriptor(
     "prometheus.read",
     {
         "ReadRequest": [
@@ -176,19 +177,9 @@ def decode_request(body: bytes) -> ReadRequest:
 # -- writing ------------------------------------------------------------------------
 
 
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _field(number: int, payload: bytes) -> bytes:
     """A length-delimited field."""
-    return _varint((number << 3) | 2) + _varint(len(payload)) + payload
+    return varint((number << 3) | 2) + varint(len(payload)) + payload
 
 
 def _labels(labels: Sequence[tuple[str, str]]) -> bytes:
@@ -251,7 +242,7 @@ def samples_response(
 
 def frame(payload: bytes) -> bytes:
     """One frame of a streamed response: length, CRC-32C (big-endian), the message."""
-    return _varint(len(payload)) + crc32c.crc32c(payload).to_bytes(4, "big") + payload
+    return varint(len(payload)) + crc32c.crc32c(payload).to_bytes(4, "big") + payload
 
 
 def chunked_frames(
@@ -265,12 +256,12 @@ def chunked_frames(
     chunks of the current one pass ``max_frame_bytes`` (less its labels), as Prometheus
     splits a long series."""
     head = _labels(labels)
-    index = b"\x10" + _varint(query_index) if query_index else b""  # proto3: 0 is left out
+    index = b"\x10" + varint(query_index) if query_index else b""  # proto3: 0 is left out
     budget = max_frame_bytes - len(head)
     pending = bytearray()
     for first, last, data in xorchunk.chunks(times, values):
         chunk = (
-            b"\x08" + _varint(first) + b"\x10" + _varint(last) + b"\x18" + _varint(CHUNK_XOR)
+            b"\x08" + varint(first) + b"\x10" + varint(last) + b"\x18" + varint(CHUNK_XOR)
         ) + _field(4, data)
         pending += _field(2, chunk)
         if len(pending) >= budget:

@@ -1,40 +1,11 @@
-"""Delta Lake tables per tenant and signal: commits, snapshots, coverage, import.
+"""Delta Lake tables per tenant and signal: commits, the one read view, coverage, import.
 
-``TableStore(data_dir).open(tenant, table)`` gives a :class:`Table`; every
-change to it is a :class:`Commit` (see :mod:`shoal.storage.commit`), landed
-by the one loop in :mod:`shoal.storage.log`. docs/storage.md has the layout
-on disk and the commit protocol.
+``TableStore(data_dir).open(tenant, table)`` (:mod:`shoal.storage.store`) gives a
+:class:`~shoal.storage.table.Table`; every change to it is a
+:class:`~shoal.storage.commit.Commit`, landed by the one loop in
+:mod:`shoal.storage.log`. Readers see a tenant's tables through
+:mod:`shoal.storage.reader`: a Delta version plus the rows not yet flushed
+(:mod:`shoal.storage.view`). docs/storage.md has the layout on disk and the commit
+protocol. The package imports nothing itself, so that a module of it loads only what
+it uses (delta-rs only where a table is opened).
 """
-
-from shoal.storage.commit import Commit, NewFile, PreparedFile, Txn
-from shoal.storage.coverage import Coverage
-from shoal.storage.reporting import NOOP, NoopStorageMetrics, StorageMetrics
-from shoal.storage.store import TableStore
-from shoal.storage.table import Table
-from shoal.storage.types import (
-    WAL_APP_ID,
-    CommitResult,
-    CoverageResult,
-    HistoryEntry,
-    ScanFile,
-    TableSnapshot,
-)
-
-__all__ = [
-    "NOOP",
-    "WAL_APP_ID",
-    "Commit",
-    "CommitResult",
-    "Coverage",
-    "CoverageResult",
-    "HistoryEntry",
-    "NewFile",
-    "NoopStorageMetrics",
-    "PreparedFile",
-    "ScanFile",
-    "StorageMetrics",
-    "Table",
-    "TableSnapshot",
-    "TableStore",
-    "Txn",
-]

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from shoal.storage import TableStore, faults
+from shoal.storage import faults
+from shoal.storage.store import TableStore
 
 
 def main(argv: list[str]) -> int:

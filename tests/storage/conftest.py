@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.storage import TableStore
+from shoal.storage.store import TableStore
 
 
 @pytest.fixture

@@ -12,8 +12,11 @@ from deltalake import DeltaTable
 
 from shoal.errors import CommitConflictError, CoverageOverlapError, StorageError
 from shoal.schema import LOGS
-from shoal.storage import Commit, NewFile, Table, TableStore, Txn, layout
+from shoal.storage import layout
 from shoal.storage import log as log_mod
+from shoal.storage.commit import Commit, NewFile, Txn
+from shoal.storage.store import TableStore
+from shoal.storage.table import Table
 
 from .helpers import BASE_US, logs_table
 

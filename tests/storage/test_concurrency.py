@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from shoal.storage import TableStore
+from shoal.storage.store import TableStore
 
 from .helpers import random_logs
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from pyroaring import BitMap, FrozenBitMap
 
 from shoal.errors import StorageError
-from shoal.storage import TableStore
 from shoal.storage import coverage as cov
+from shoal.storage.store import TableStore
 
 from .helpers import BASE, BASE_US, logs_table
 

@@ -15,8 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from shoal.storage import TableStore, layout
 from shoal.storage import coverage as cov
+from shoal.storage import layout
+from shoal.storage.store import TableStore
 
 from .helpers import BASE, random_logs
 

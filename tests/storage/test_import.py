@@ -11,8 +11,9 @@ from deltalake import DeltaTable
 
 from shoal.cli import main
 from shoal.errors import CoverageOverlapError, SchemaMismatchError, StorageError
-from shoal.storage import TableStore, layout
+from shoal.storage import layout
 from shoal.storage.importer import import_files
+from shoal.storage.store import TableStore
 
 from .helpers import BASE, BASE_US, logs_table, random_logs
 

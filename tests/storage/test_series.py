@@ -19,9 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shoal.schema import METRICS
-from shoal.storage import TableStore, layout
+from shoal.storage import layout
 from shoal.storage import series as series_mod
 from shoal.storage.commit import Commit
+from shoal.storage.store import TableStore
 from shoal.storage.unflushed import LsnBatch
 
 from .helpers import BASE_US, metrics_table

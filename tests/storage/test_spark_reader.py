@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from shoal.storage import TableStore
+from shoal.storage.store import TableStore
 
 from .helpers import random_logs
 

@@ -13,8 +13,9 @@ from deltalake import DeltaTable
 
 from shoal.errors import CommitConflictError, SchemaMismatchError, TableNotFoundError
 from shoal.schema import LOGS_SCHEMA, TableSpec
-from shoal.storage import NewFile, TableStore, layout
-from shoal.storage.commit import Commit
+from shoal.storage import layout
+from shoal.storage.commit import Commit, NewFile
+from shoal.storage.store import TableStore
 
 from .helpers import BASE, BASE_US, logs_table, random_logs
 
