@@ -2,7 +2,7 @@
 
 :func:`evaluate` parses the expression, works out the time range each selector
 needs (lookback, ranges, offsets, ``@``, subqueries), fetches those samples
-through a :class:`~shoal.promql.source.SampleSource`, then evaluates the tree in
+through a :class:`~shoal.promql.source.QuerySource`, then evaluates the tree in
 a worker thread. Instant queries are range queries with one step.
 """
 
@@ -29,7 +29,7 @@ from shoal.promql.model import (
     key,
     latest_values,
 )
-from shoal.promql.source import SampleSource
+from shoal.promql.source import QuerySource
 from shoal.promql.tree import Aggregate, Binary, Call, Neg, Node, Num, Selector, Str, Subquery
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ def selectors(root: Node, start_ms: int, end_ms: int) -> list[Selector]:
 
 
 async def load_targets(
-    source: SampleSource, root: Node, start_ms: int, end_ms: int
+    source: QuerySource, root: Node, start_ms: int, end_ms: int
 ) -> dict[int, list[Series]]:
     """The ``target_info`` series of each selector in ``root`` that may read it, keyed by
     the selector's ``id``; resources come through SQL, which is asynchronous."""
@@ -91,7 +91,7 @@ async def load_targets(
 
 
 def load(
-    source: SampleSource,
+    source: QuerySource,
     root: Node,
     start_ms: int,
     end_ms: int,
@@ -103,23 +103,23 @@ def load(
     needs = list(_needs(root, start_ms, end_ms))
     if not needs:
         return {}
-    catalog = source.catalog_now(min(n[1] for n in needs), max(n[2] for n in needs))
+    infos = source.metrics_now(min(n[1] for n in needs), max(n[2] for n in needs))
     reads: dict[tuple[tuple[str, ...], int, int], list[Series]] = {}
     out: dict[int, list[Series]] = {}
     for sel, a, b in needs:
         found = list(targets.get(id(sel), ()))
-        names = tuple(sorted(matchers.select_metrics(catalog, sel.matchers)))
+        names = tuple(sorted(matchers.select_metrics(infos, sel.matchers)))
         if names:
             if (names, a, b) not in reads:
-                reads[names, a, b] = source.samples_now(names, a, b, *_kinds(catalog, names))
+                reads[names, a, b] = source.samples_now(names, a, b, *_kinds(infos, names))
             found += reads[names, a, b]
         out[id(sel)] = [s for s in found if matchers.matches_all(s.labels, sel.matchers)]
     return out
 
 
-def _kinds(catalog: list[mapping.MetricInfo], names: tuple[str, ...]) -> tuple[set[str], list[str]]:
+def _kinds(infos: list[mapping.MetricInfo], names: tuple[str, ...]) -> tuple[set[str], list[str]]:
     """The metric types among ``names`` and the Prometheus names they expose."""
-    chosen = [info for info in catalog if info.otlp_name in names]
+    chosen = [info for info in infos if info.otlp_name in names]
     return {info.metric_type for info in chosen}, sorted({n for i in chosen for n in i.names})
 
 
@@ -273,7 +273,7 @@ def steps(start_ms: int, end_ms: int, step_ms: int) -> I64:
 
 
 async def evaluate(
-    source: SampleSource,
+    source: QuerySource,
     text: str,
     start_ms: int,
     end_ms: int,

@@ -214,7 +214,7 @@ def promoted(setting: str) -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class MetricInfo:
-    """One OTLP metric as the catalog query sees it, with its Prometheus base name."""
+    """One OTLP metric as the infos query sees it, with its Prometheus base name."""
 
     otlp_name: str
     metric_type: str

@@ -40,11 +40,11 @@ def matches_all(labels: Labels, matchers: Iterable[LabelMatcher]) -> bool:
     return all(m.matches(labels.get(m.name, "")) for m in matchers)
 
 
-def select_metrics(catalog: Iterable[MetricInfo], matchers: Sequence[LabelMatcher]) -> list[str]:
+def select_metrics(infos: Iterable[MetricInfo], matchers: Sequence[LabelMatcher]) -> list[str]:
     """The OTLP metric names whose Prometheus names the ``__name__`` matchers accept."""
     name_matchers = [m for m in matchers if m.name == NAME]
     out = []
-    for info in catalog:
+    for info in infos:
         if any(all(m.matches(n) for m in name_matchers) for n in info.names):
             out.append(info.otlp_name)
     return out

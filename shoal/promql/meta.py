@@ -21,7 +21,7 @@ from shoal.promql import mapping, tree
 from shoal.promql.matchers import LabelMatcher, matches_all, select_metrics
 from shoal.promql.model import NAME, Labels, key
 from shoal.promql.output import seconds
-from shoal.promql.source import SampleSource
+from shoal.promql.source import QuerySource
 from shoal.promql.tree import Selector
 
 
@@ -41,7 +41,7 @@ def selectors(texts: Sequence[str], start_ms: int, end_ms: int) -> list[Selector
 
 
 async def _every_series(
-    source: SampleSource, start_ms: int, end_ms: int
+    source: QuerySource, start_ms: int, end_ms: int
 ) -> tuple[pa.Table, pa.Table]:
     """The index rows of every series in the range, and their resources."""
     table, (resources, _) = await asyncio.gather(
@@ -52,7 +52,7 @@ async def _every_series(
 
 
 async def series(
-    source: SampleSource, matches: Sequence[Selector], start_ms: int, end_ms: int
+    source: QuerySource, matches: Sequence[Selector], start_ms: int, end_ms: int
 ) -> list[Labels]:
     """The label sets of the series matching any of ``matches`` (all series when empty),
     in label order, as Prometheus lists them."""
@@ -70,7 +70,7 @@ async def series(
             )
         )
     parts: list[list[Labels]] = []
-    catalog = await source.catalog(start_ms, end_ms)
+    infos = await source.metrics(start_ms, end_ms)
     for sel in matches:
         if all(m.matches(mapping.TARGET_INFO) for m in sel.matchers if m.name == NAME):
             resources, _ = await source.targets(start_ms, end_ms, times=False)
@@ -81,7 +81,7 @@ async def series(
                     if matches_all(labels, sel.matchers)
                 ]
             )
-        names = select_metrics(catalog, sel.matchers)
+        names = select_metrics(infos, sel.matchers)
         if not names:
             continue
         table = await source.series(names, start_ms, end_ms)
@@ -119,7 +119,7 @@ def _matching(label_sets: list[Labels], matchers: Sequence[LabelMatcher]) -> lis
 
 
 async def label_names(
-    source: SampleSource, matches: Sequence[Selector], start_ms: int, end_ms: int
+    source: QuerySource, matches: Sequence[Selector], start_ms: int, end_ms: int
 ) -> list[str]:
     if not matches:
         table, resources = await _every_series(source, start_ms, end_ms)
@@ -175,22 +175,22 @@ def _all_label_names(table: pa.Table, resources: pa.Table, promote: tuple[str, .
 
 
 async def label_values(
-    source: SampleSource,
+    source: QuerySource,
     name: str,
     matches: Sequence[Selector],
     start_ms: int,
     end_ms: int,
 ) -> list[str]:
     if not matches:
-        table, catalog, (resources, _) = await asyncio.gather(
+        table, infos, (resources, _) = await asyncio.gather(
             source.series(None, start_ms, end_ms),
-            source.catalog(start_ms, end_ms),
+            source.metrics(start_ms, end_ms),
             source.targets(start_ms, end_ms, times=False),
         )
 
         def every_value() -> list[str] | None:
             if name == NAME:
-                names = {n for info in catalog for n in info.names}
+                names = {n for info in infos for n in info.names}
                 if mapping.target_label_sets(resources):
                     names.add(mapping.TARGET_INFO)
                 return sorted(names)
@@ -274,10 +274,10 @@ def _job_instance_values(table: pa.Table, name: str) -> set[str]:
 
 
 async def metadata(
-    source: SampleSource, metric: str | None, start_ms: int, end_ms: int
+    source: QuerySource, metric: str | None, start_ms: int, end_ms: int
 ) -> dict[str, list[dict[str, str]]]:
     out: dict[str, list[dict[str, str]]] = {}
-    for info in await source.catalog(start_ms, end_ms):
+    for info in await source.metrics(start_ms, end_ms):
         base = info.base
         if metric is not None and metric != base:
             continue
@@ -292,13 +292,13 @@ async def metadata(
 
 
 async def exemplars(
-    source: SampleSource, matches: Sequence[Selector], start_ms: int, end_ms: int
+    source: QuerySource, matches: Sequence[Selector], start_ms: int, end_ms: int
 ) -> list[dict[str, Any]]:
     """Exemplars of the series the selectors match, with their trace and span ids."""
-    catalog = await source.catalog(start_ms, end_ms)
+    infos = await source.metrics(start_ms, end_ms)
     groups: dict[Any, tuple[Labels, list[dict[str, Any]]]] = {}
     for sel in matches:
-        names = select_metrics(catalog, sel.matchers)
+        names = select_metrics(infos, sel.matchers)
         if not names:
             continue
         table = await source.exemplars(names, start_ms, end_ms)

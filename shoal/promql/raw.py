@@ -26,7 +26,7 @@ from shoal.errors import PromQLError
 from shoal.promql import engine
 from shoal.promql.matchers import LabelMatcher
 from shoal.promql.model import HIST, Series
-from shoal.promql.source import SampleSource
+from shoal.promql.source import QuerySource
 from shoal.promql.tree import Selector
 
 STALE_NAN = np.array([0x7FF0000000000002], dtype=np.uint64).view(np.float64)[0]
@@ -65,7 +65,7 @@ def select(matchers: Sequence[LabelMatcher], start_ms: int, end_ms: int) -> Sele
 
 
 def read_now(
-    source: SampleSource,
+    source: QuerySource,
     selector: Selector,
     end_ms: int,
     targets: dict[int, list[Series]],
@@ -100,9 +100,7 @@ class RawQuery:
     end_ms: int
 
 
-async def read(
-    source: SampleSource, queries: Sequence[RawQuery], cap: int
-) -> list[list[RawSeries]]:
+async def read(source: QuerySource, queries: Sequence[RawQuery], cap: int) -> list[list[RawSeries]]:
     """Each query's series, in order; more than ``cap`` samples in all is refused."""
     loop = asyncio.get_running_loop()
     results: list[list[RawSeries]] = []

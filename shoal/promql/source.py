@@ -3,11 +3,10 @@
 :class:`QuerySource` reads a few metrics' rows over a time range straight from the
 tenant's view (:meth:`shoal.storage.reader.TenantReader.metric_rows`: no SQL, the rows
 decoded from each file kept between reads); which series exist, with which labels (the
-metric catalog, the label sets, the resources), comes from the tenant's series index
+metrics, the label sets, the resources), comes from the tenant's series index
 (:meth:`~shoal.storage.reader.TenantReader.series`) instead of the data. The rarer
 reads (exemplars, the targets' times) are SQL through
 :class:`shoal.sql.service.QueryService`, so tenancy, the sandbox and the limits apply.
-:class:`SampleSource` is the protocol the engine uses; a test can stand in for it.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import collections
 import datetime as dt
 import threading
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -75,50 +74,6 @@ CATALOG_KEYS = (
 )
 VERBATIM = f"coalesce(scope_name, '') = '{REMOTE_WRITE_SCOPE}' AS verbatim"
 """Whether a row came by remote write (its name is kept as written; see mapping.MetricInfo)."""
-
-
-class SampleSource(Protocol):
-    promote: tuple[str, ...]
-    """Resource attribute keys shown as labels of every series."""
-
-    async def catalog(self, start_ms: int, end_ms: int) -> list[MetricInfo]: ...
-
-    def catalog_now(self, start_ms: int, end_ms: int) -> list[MetricInfo]:
-        """:meth:`catalog` in the calling thread."""
-        ...
-
-    def samples_now(
-        self,
-        otlp_names: Sequence[str],
-        start_ms: int,
-        end_ms: int,
-        types: Iterable[str] = (),
-        wanted: Sequence[str] | None = None,
-    ) -> list[Series]:
-        """The Prometheus series (``wanted`` names only, if given) of the rows of metrics
-        ``otlp_names`` (of ``types``) in the range: read, labelled and mapped in the
-        calling thread."""
-        ...
-
-    async def series(
-        self, otlp_names: Sequence[str] | None, start_ms: int, end_ms: int
-    ) -> pa.Table: ...
-
-    async def exemplars(
-        self, otlp_names: Sequence[str], start_ms: int, end_ms: int
-    ) -> pa.Table: ...
-
-    async def targets(
-        self, start_ms: int, end_ms: int, times: bool = True
-    ) -> tuple[pa.Table, pa.Table]: ...
-
-    def memo(
-        self, what: Hashable, series: pa.Table, compute: Callable[[], T], per_series: bool = False
-    ) -> T:
-        """``compute()``, remembered for as long as ``series`` (index rows) holds the
-        same series with the same earliest rows; ``per_series`` when the answer holds
-        something for each of them (it then weighs as much as they are many)."""
-        ...
 
 
 def _iso(ms: int) -> str:
@@ -269,15 +224,15 @@ class QuerySource:
             None, self._index_now, start_ms, end_ms
         )
 
-    async def catalog(self, start_ms: int, end_ms: int) -> list[MetricInfo]:
+    async def metrics(self, start_ms: int, end_ms: int) -> list[MetricInfo]:
         """Each metric (name, type, unit, monotonicity, temporality, origin) in the range."""
         return await asyncio.get_running_loop().run_in_executor(
-            None, self.catalog_now, start_ms, end_ms
+            None, self.metrics_now, start_ms, end_ms
         )
 
-    def catalog_now(self, start_ms: int, end_ms: int) -> list[MetricInfo]:
+    def metrics_now(self, start_ms: int, end_ms: int) -> list[MetricInfo]:
         found = self._index_now(start_ms, end_ms)
-        return self.memo("catalog", found, lambda: _catalog(found))
+        return self.memo("metrics", found, lambda: _metrics(found))
 
     def samples_now(
         self,
@@ -380,7 +335,7 @@ class QuerySource:
         return resources, seen if times else empty
 
 
-def _catalog(found: pa.Table) -> list[MetricInfo]:
+def _metrics(found: pa.Table) -> list[MetricInfo]:
     keys = [*CATALOG_KEYS, "verbatim"]
     grouped = found.select([*keys, "metric_description"]).group_by(keys, use_threads=False)
     table = grouped.aggregate([("metric_description", "max")])

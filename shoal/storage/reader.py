@@ -11,13 +11,17 @@ time range without SQL (for PromQL).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from shoal.storage import samples
 from shoal.storage.runs import BatchCoalescer
 from shoal.storage.unflushed import UnflushedSource
-from shoal.storage.view import AsOf, TableCatalog, TenantView, collect_view, series_in_range
+from shoal.storage.view import AsOf, TenantView, collect_view, series_in_range
+
+if TYPE_CHECKING:
+    from shoal.storage.store import TableStore
 
 
 class TenantReader:
@@ -25,7 +29,7 @@ class TenantReader:
 
     def __init__(
         self,
-        catalog: TableCatalog,
+        catalog: TableStore,
         unflushed: UnflushedSource | None,
         sample_cache_bytes: int = 0,
     ) -> None:

@@ -21,49 +21,22 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from shoal.errors import QueryError, StorageError, TableNotFoundError
-from shoal.schema import SIGNAL_TABLES, TableSpec
+from shoal.schema import SIGNAL_TABLES
 from shoal.storage import series as index
 from shoal.storage.types import ScanFile, TableSnapshot
 from shoal.storage.unflushed import LsnBatch, UnflushedSource
 
+if TYPE_CHECKING:  # opening a table needs delta-rs; reading a view of one does not
+    from shoal.storage.store import TableStore
+    from shoal.storage.table import Table
+
 BUILTIN_TABLES: tuple[str, ...] = tuple(SIGNAL_TABLES)
 """Tables every tenant sees, even before its first write."""
-
-
-class TableHandle(Protocol):
-    """The part of a storage ``Table`` the query layer uses."""
-
-    @property
-    def spec(self) -> TableSpec: ...
-
-    def snapshot(self) -> TableSnapshot: ...
-
-    def snapshot_at(
-        self, version: int | None = None, timestamp: dt.datetime | None = None
-    ) -> TableSnapshot: ...
-
-    def series(
-        self,
-        snapshot: TableSnapshot,
-        batches: Sequence[LsnBatch] = (),
-        start_ns: int | None = None,
-        end_ns: int | None = None,
-    ) -> pa.Table: ...
-
-
-class TableCatalog(Protocol):
-    """The part of the storage ``TableStore`` the query layer uses."""
-
-    def tables(self, tenant: str) -> list[str]: ...
-
-    def open(
-        self, tenant: str, table: str, spec: TableSpec | None = None, *, create: bool = True
-    ) -> TableHandle: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +105,7 @@ def _empty_snapshot(tenant: str, table: str) -> TableSnapshot:
     return TableSnapshot(tenant=tenant, table=table, version=-1, committed_lsn=0, files=())
 
 
-def _snapshot_as_of(handle: TableHandle, as_of: AsOf, tenant: str, name: str) -> TableSnapshot:
+def _snapshot_as_of(handle: Table, as_of: AsOf, tenant: str, name: str) -> TableSnapshot:
     """``handle``'s table as of ``as_of`` (delta-rs reads a time before the table's first
     commit as its empty version 0), or an error naming the table."""
     try:
@@ -155,7 +128,7 @@ def unflushed_above(batches: Iterable[LsnBatch], committed_lsn: int) -> list[Lsn
 
 
 def collect_view(
-    catalog: TableCatalog,
+    catalog: TableStore,
     unflushed: UnflushedSource | None,
     tenant: str,
     as_of: AsOf | None = None,
@@ -213,7 +186,7 @@ def collect_view(
     return TenantView(tenant=tenant, tables=collected, as_of=as_of)
 
 
-def _handle(catalog: TableCatalog, tenant: str, name: str, stored: set[str]) -> TableHandle | None:
+def _handle(catalog: TableStore, tenant: str, name: str, stored: set[str]) -> Table | None:
     """The table's handle, or None when it has no Delta table (yet)."""
     if name not in stored:
         return None
@@ -224,7 +197,7 @@ def _handle(catalog: TableCatalog, tenant: str, name: str, stored: set[str]) -> 
 
 
 def series_in_range(
-    catalog: TableCatalog,
+    catalog: TableStore,
     unflushed: UnflushedSource | None,
     tenant: str,
     table: str,
