@@ -9,6 +9,10 @@ INVALID_ARGUMENT (not retryable); a full queue is 429 with ``Retry-After`` /
 UNAVAILABLE with ``RetryInfo`` (retryable: a bare RESOURCE_EXHAUSTED makes the
 Collector drop the batch); a server that cannot take data right now (starting,
 stopping, WAL out of space) is 503 / UNAVAILABLE.
+
+Remote write answers every refusal a retry can fix with 503 and ``Retry-After``
+(:func:`remote_write_status`): its senders retry 5xx, and by default drop a batch
+answered 429.
 """
 
 from __future__ import annotations
@@ -67,6 +71,19 @@ def classify(exc: BaseException, retry_after_s: float = 1.0) -> ErrorStatus:
     if isinstance(exc, ShoalError):
         return ErrorStatus(500, grpc.StatusCode.INTERNAL, "error")
     return ErrorStatus(500, grpc.StatusCode.INTERNAL, "internal")
+
+
+def remote_write_status(exc: BaseException, retry_after_s: float = 1.0) -> ErrorStatus:
+    """The status of a remote-write answer: :func:`classify`'s, except that a refusal a
+    retry can fix (one with a Retry-After, such as a full queue's 429) is 503.
+
+    Prometheus' sender and the Collector's ``prometheusremotewrite`` exporter retry 5xx
+    but, unless told ``retry_on_http_429`` (off by default), drop a batch answered 429
+    as non-recoverable (docs/remote-write.md)."""
+    status = classify(exc, retry_after_s)
+    if status.retry_after_s is not None and status.http < 500:
+        return dataclasses.replace(status, http=503)
+    return status
 
 
 def rpc_status(
