@@ -348,3 +348,29 @@ def test_prometheus_loses_nothing_while_shoal_pushes_back_for_minutes(
     text = scrape(shoal)
     assert metric_value(text, "shoal_ingest_requests_total", status="429") == 0
     assert metric_value(text, "shoal_ingest_requests_total", status="503") > 100, text
+
+
+def test_the_comparison_sees_every_kind_of_difference() -> None:
+    """The comparison above can fail: a sample held twice, one missing, one Prometheus
+    does not have and one with another value are each found (Prometheus' own series,
+    without a series label, included)."""
+    theirs = pa.table(
+        {"name": ["up", "m", "m", "m"], "series": ["", "1", "1", "2"], "t": [1, 1, 2, 1],
+         "value": [1.0, 5.0, 6.0, 7.0]},
+        schema=SAMPLES,
+    )  # fmt: skip
+    assert _differences(theirs, theirs) == {}
+    ours = pa.table(
+        {"name": ["up", "up", "m", "m", "m"], "series": ["", "", "1", "2", "3"],
+         "t": [1, 1, 1, 1, 1], "value": [1.0, 1.0, 5.5, 7.0, 8.0]},
+        schema=SAMPLES,
+    )  # fmt: skip
+    found = _differences(theirs, ours)
+    assert {what: found[what]["count"] for what in found} == {
+        "duplicates": 1,
+        "missing": 1,
+        "extra": 1,
+        "different": 1,
+    }
+    assert found["missing"]["examples"][0]["t"] == 2
+    assert found["extra"]["examples"][0]["series"] == "3"
