@@ -230,7 +230,8 @@ SETTINGS: tuple[Setting, ...] = (
         "queue_max_requests",
         256,
         _parse_positive_int,
-        "Ingest queue bound in requests; beyond it ingest answers 429 / UNAVAILABLE.",
+        "Ingest queue bound in requests; beyond it ingest answers 429 (remote write 503) / "
+        "UNAVAILABLE.",
     ),
     Setting(
         "queue_max_bytes",
@@ -246,7 +247,8 @@ SETTINGS: tuple[Setting, ...] = (
         _parse_non_negative_float,
         "Longest an ingest request waits, while the rows not yet flushed are over their "
         "cap (5 x flush_max_bytes), for the flusher to catch up before it is refused with "
-        "429 / UNAVAILABLE; an HTTP request waits before its body is read. 0 refuses at once.",
+        "429 (remote write 503) / UNAVAILABLE; an HTTP request waits before its body is read. "
+        "0 refuses at once.",
     ),
     # -- flusher and storage
     Setting(
