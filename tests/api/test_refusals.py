@@ -13,10 +13,8 @@ import pytest
 
 from loadtest import payloads, remote_write
 from loadtest.ingest import BASE_NS
-from shoal.ingest.ack import Ack
 from shoal.api.app import AppServices, create_app, front_door
 from shoal.auth import Authenticator, TokenStore
-from shoal.ingest.handler import IngestHandler
 from shoal.errors import (
     DecoderLostError,
     NotReadyError,
@@ -24,6 +22,8 @@ from shoal.errors import (
     ShuttingDownError,
     WalAppendError,
 )
+from shoal.ingest.ack import Ack
+from shoal.ingest.handler import IngestHandler
 
 
 class _Refusing:
