@@ -255,7 +255,7 @@ SETTINGS: tuple[Setting, ...] = (
         "flush_max_bytes",
         64 * MiB,
         _parse_size,
-        "Flush the unflushed rows to Parquet when it holds this many bytes (each "
+        "Flush the unflushed rows to Parquet when they hold this many bytes (each "
         "request counted as the length of its rows as an Arrow IPC stream).",
     ),
     Setting(
