@@ -52,7 +52,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PYTEST) -m "not slow and not spark"
 
-test-slow: $(STAMP)
+test-slow: $(BENCH_STAMP)
 	$(PYTEST) -m slow
 
 test-spark: $(STAMP)
