@@ -17,7 +17,16 @@ from collections.abc import Callable
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from shoal.api import otlp_http, prom_status, prometheus, remote_read, remote_write, sql, tokens
+from shoal.api import (
+    loki_push,
+    otlp_http,
+    prom_status,
+    prometheus,
+    remote_read,
+    remote_write,
+    sql,
+    tokens,
+)
 from shoal.api.direct import DirectRoutes, post_endpoints
 from shoal.api.status import classify
 from shoal.auth import Authenticator
@@ -72,6 +81,7 @@ def create_app(services: AppServices) -> FastAPI:
     app.include_router(prometheus.router)
     app.include_router(prom_status.router)
     app.include_router(remote_write.router)
+    app.include_router(loki_push.router)
     app.include_router(remote_read.router)
     app.include_router(tokens.router)
 
@@ -111,4 +121,6 @@ def create_app(services: AppServices) -> FastAPI:
 def front_door(app: FastAPI) -> DirectRoutes:
     """The ASGI app the HTTP listener runs: the ingest endpoints called straight from
     the listener, every other request handed to ``app`` (shoal/api/direct.py)."""
-    return DirectRoutes(app, post_endpoints(otlp_http.router, remote_write.router))
+    return DirectRoutes(
+        app, post_endpoints(otlp_http.router, remote_write.router, loki_push.router)
+    )

@@ -39,6 +39,22 @@ def _encoding(request: Request) -> None:
         )
 
 
+def refused(
+    request: Request, exc: Exception, signal: str, protocol: str, tenant: str, watch: Stopwatch
+) -> Response:
+    """The plain-text answer to an ingest request that ``exc`` refused (remote write, Loki
+    push): its status, ``Retry-After`` when a retry can succeed, and the request counted."""
+    ingest: IngestHandler = request.app.state.ingest
+    status = classify(exc, request.app.state.retry_after_s)
+    if status.http >= 500:
+        logger.error("%s failed: %s", protocol, exc, exc_info=status.http == 500)
+    ingest.metrics.request(signal, protocol, tenant, str(status.http), watch.elapsed())
+    headers = {}
+    if status.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, round(status.retry_after_s)))
+    return Response(f"{exc}\n", status.http, headers=headers, media_type="text/plain")
+
+
 @router.post("/api/v1/write", include_in_schema=False)
 async def write(request: Request) -> Response:
     watch = Stopwatch()
@@ -62,14 +78,7 @@ async def write(request: Request) -> Response:
         counts["Exemplars"] = outcome.exemplars
         counts["Histograms"] = outcome.histograms
     except Exception as exc:
-        status = classify(exc, request.app.state.retry_after_s)
-        if status.http >= 500:
-            logger.error("remote write failed: %s", exc, exc_info=status.http == 500)
-        ingest.metrics.request("metrics", "remote_write", tenant, str(status.http), watch.elapsed())
-        headers = {}
-        if status.retry_after_s is not None:
-            headers["Retry-After"] = str(max(1, round(status.retry_after_s)))
-        return Response(f"{exc}\n", status.http, headers=headers, media_type="text/plain")
+        return refused(request, exc, "metrics", "remote_write", tenant, watch)
     headers = {}
     if message == promwrite.V2:
         headers = {WRITTEN.format(kind): str(n) for kind, n in counts.items()}
