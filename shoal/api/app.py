@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from shoal.api import (
+    loki,
     loki_push,
     otlp_http,
     prom_status,
@@ -32,6 +33,7 @@ from shoal.api.status import classify
 from shoal.auth import Authenticator
 from shoal.errors import QueryError, ShoalError, TableNotFoundError
 from shoal.ingest.handler import IngestHandler
+from shoal.logql.service import LogQLService
 from shoal.promql.service import PromQLService
 from shoal.sql.service import QueryService
 
@@ -51,6 +53,8 @@ class AppServices:
     query_service: QueryService | None = None
     promql: PromQLService | None = None
     """PromQL over the same tables; by default over ``query_service``'s reader."""
+    logql: LogQLService | None = None
+    """LogQL over the same tables; by default over ``query_service``."""
 
 
 def _error_status(exc: ShoalError, retry_after_s: float) -> int:
@@ -77,11 +81,16 @@ def create_app(services: AppServices) -> FastAPI:
     if services.promql is None and services.query_service is not None:
         service = services.query_service
         app.state.promql = PromQLService(service.reader, service)
+    app.state.logql = services.logql
+    if services.logql is None and services.query_service is not None:
+        app.state.logql = LogQLService(services.query_service)
+    app.state.ready = services.is_ready
     app.include_router(otlp_http.router)
     app.include_router(prometheus.router)
     app.include_router(prom_status.router)
     app.include_router(remote_write.router)
     app.include_router(loki_push.router)
+    app.include_router(loki.router)
     app.include_router(remote_read.router)
     app.include_router(tokens.router)
 

@@ -51,7 +51,7 @@ def valid_name(name: str) -> bool:
     return _NAME.match(name) is not None
 
 
-def _go_unquote(literal: str) -> str:
+def go_unquote(literal: str) -> str:
     """A Go string literal's value (double-quoted with Go's escapes, or back-quoted raw)."""
     if literal.startswith("`"):
         return literal[1:-1]
@@ -95,7 +95,7 @@ def parse(text: str) -> tuple[tuple[str, str], ...]:
         if match is None:
             raise DecodeError(f'error parsing labels {text!r}: expected name="value" at {at}')
         try:
-            value = _go_unquote(match.group(2))
+            value = go_unquote(match.group(2))
         except ValueError as exc:
             raise DecodeError(f"error parsing labels {text!r}: {exc}") from None
         pairs.append((match.group(1), value))

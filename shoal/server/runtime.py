@@ -42,6 +42,7 @@ from shoal.ingest.ingestor import Ingestor
 from shoal.ingest.processes import ProcessDecoder
 from shoal.ingest.queue import IngestQueue
 from shoal.ingest.replay import replay
+from shoal.logql.service import LogQLService
 from shoal.pgwire.server import PgServer
 from shoal.promql import mapping
 from shoal.promql.service import PromQLService
@@ -359,6 +360,7 @@ class ServerRuntime:
                 self.query_service,
                 mapping.promoted(self.config.promql_promote_resource_attributes),
             )
+            app.state.logql = LogQLService(self.query_service)
             app.state.settings = self.config
             app.state.wal_damaged_segments = len(wal.recovery_report.damaged)
             await self._start_pg()
