@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from shoal.api import (
     loki,
     loki_push,
+    loki_tail,
     otlp_http,
     prom_status,
     prometheus,
@@ -32,6 +33,7 @@ from shoal.api.direct import DirectRoutes, post_endpoints
 from shoal.api.status import classify
 from shoal.auth import Authenticator
 from shoal.errors import QueryError, ShoalError, TableNotFoundError
+from shoal.ingest.feed import RowFeed
 from shoal.ingest.handler import IngestHandler
 from shoal.logql.service import LogQLService
 from shoal.promql.service import PromQLService
@@ -55,6 +57,8 @@ class AppServices:
     """PromQL over the same tables; by default over ``query_service``'s reader."""
     logql: LogQLService | None = None
     """LogQL over the same tables; by default over ``query_service``."""
+    feed: RowFeed | None = None
+    """Rows as they are acknowledged, for Loki's live tail."""
 
 
 def _error_status(exc: ShoalError, retry_after_s: float) -> int:
@@ -85,12 +89,14 @@ def create_app(services: AppServices) -> FastAPI:
     if services.logql is None and services.query_service is not None:
         app.state.logql = LogQLService(services.query_service)
     app.state.ready = services.is_ready
+    app.state.feed = services.feed
     app.include_router(otlp_http.router)
     app.include_router(prometheus.router)
     app.include_router(prom_status.router)
     app.include_router(remote_write.router)
     app.include_router(loki_push.router)
     app.include_router(loki.router)
+    app.include_router(loki_tail.router)
     app.include_router(remote_read.router)
     app.include_router(tokens.router)
 

@@ -20,6 +20,7 @@ from shoal.errors import LogQLError
 from shoal.logql import engine, fields, output, streams
 from shoal.logql import format as printer
 from shoal.logql import model as m
+from shoal.logql.frame import Frame
 from shoal.logql.parse import parse
 from shoal.logql.series import Steps
 from shoal.logql.source import LogSource
@@ -189,6 +190,12 @@ class LogQLService:
         frame = await engine.entries(self.source(tenant), selector, start_ns, end_ns + 1,
                                      line_limit, False)  # fmt: skip
         return fields.detected(frame)[:limit]
+
+    async def history(
+        self, tenant: str, query: m.LogQuery, start_ns: int, end_ns: int, limit: int
+    ) -> Frame:
+        """A tail's first entries: the newest ``limit`` in ``[start_ns, end_ns)``."""
+        return await engine.entries(self.source(tenant), query, start_ns, end_ns, limit, False)
 
     @staticmethod
     def format_query(text: str) -> str:
