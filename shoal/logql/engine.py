@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from shoal.errors import LogQLError
+from shoal.logql import counts, pipeline, ranges, vectors
 from shoal.logql import model as m
-from shoal.logql import pipeline, ranges, vectors
 from shoal.logql.frame import Frame
 from shoal.logql.series import Scalar, Series, Steps, Value
 from shoal.logql.source import LogSource
@@ -73,6 +73,10 @@ async def evaluate(source: LogSource, expr: m.Expr, steps: Steps) -> Value:
 
 
 async def _eval(source: LogSource, expr: m.Expr, steps: Steps) -> Value:
+    if isinstance(expr, m.VectorAggregation | m.RangeAggregation):
+        counted = await counts.answer(source, expr, steps)
+        if counted is not None:
+            return counted
     if isinstance(expr, m.Literal):
         return Scalar(np.full(steps.count, expr.value))
     if isinstance(expr, m.VectorLiteral):
