@@ -51,8 +51,11 @@ def grafana(loki: Loki, path: str, params: dict[str, str], **headers: str) -> An
 
 def test_save_and_test(shop: Loki) -> None:
     # healthcheck.go: an instant query of vector(1)+vector(1) over the range 1 s .. 4 s
-    found = grafana(shop, "/loki/api/v1/query",
-                    {"query": "vector(1)+vector(1)", "direction": "backward", "time": "4000000000"})  # fmt: skip
+    found = grafana(
+        shop,
+        "/loki/api/v1/query",
+        {"query": "vector(1)+vector(1)", "direction": "backward", "time": "4000000000"},
+    )
     result = found["data"]["result"]
     assert found["data"]["resultType"] == "vector" and len(result) == 1
     # Loki reads a time of ten digits or fewer as seconds, this one too; Grafana checks
@@ -78,12 +81,22 @@ def test_label_browser(shop: Loki) -> None:
 
 def test_explore_query_and_its_logs_volume(shop: Loki) -> None:
     # makeDataRequest for a range query: direction, limit, start, end, step in ms
-    params = {"direction": "backward", "limit": "1000", "start": str(START - 1), "end": str(NOW),
-              "step": "20000ms"}  # fmt: skip
-    found = grafana(shop, "/loki/api/v1/query_range",
-                    {**params, "query": '{service_name="checkout"} | logfmt | level="error"'},
-                    **{"X-Loki-Response-Encoding-Flags": "categorize-labels",
-                       "X-Query-Tags": "Source=logsample"})  # fmt: skip
+    params = {
+        "direction": "backward",
+        "limit": "1000",
+        "start": str(START - 1),
+        "end": str(NOW),
+        "step": "20000ms",
+    }
+    found = grafana(
+        shop,
+        "/loki/api/v1/query_range",
+        {**params, "query": '{service_name="checkout"} | logfmt | level="error"'},
+        **{
+            "X-Loki-Response-Encoding-Flags": "categorize-labels",
+            "X-Query-Tags": "Source=logsample",
+        },
+    )
     data = found["data"]
     assert data["resultType"] == "streams" and data["encodingFlags"] == ["categorize-labels"]
     entries = [v for s in data["result"] for v in s["values"]]
@@ -92,12 +105,20 @@ def test_explore_query_and_its_logs_volume(shop: Loki) -> None:
     assert "summary" in data["stats"]
     # the logs-volume companion query Explore runs beside it
     # (steps of the range's length: each entry is counted in one step)
-    volume = grafana(shop, "/loki/api/v1/query_range",
-                     {**params, "step": "60000ms", "query": 'sum by (level, detected_level) (count_over_time('
-                      '{service_name="checkout"} | logfmt | drop __error__[1m]))'},
-                     **{"X-Query-Tags": "Source=logvolhist"})  # fmt: skip
-    totals = {s["metric"]["level"]: sum(int(v) for _, v in s["values"])
-              for s in volume["data"]["result"]}  # fmt: skip
+    volume = grafana(
+        shop,
+        "/loki/api/v1/query_range",
+        {
+            **params,
+            "step": "60000ms",
+            "query": "sum by (level, detected_level) (count_over_time("
+            '{service_name="checkout"} | logfmt | drop __error__[1m]))',
+        },
+        **{"X-Query-Tags": "Source=logvolhist"},
+    )
+    totals = {
+        s["metric"]["level"]: sum(int(v) for _, v in s["values"]) for s in volume["data"]["result"]
+    }
     assert totals == {"info": 60, "warn": 30, "error": 30}
 
 
@@ -124,10 +145,20 @@ def test_the_logs_dashboard(shop: Loki, title: str, expr: str, service: str, sea
     # and $__auto before sending the panel's query
     query = expr.replace("$service", service).replace("$search", search)
     query = query.replace("$__auto", "1m")
-    variable = grafana(shop, "/loki/api/v1/label/service_name/values",
-                       {"start": str(START), "end": str(NOW)})  # fmt: skip
+    variable = grafana(
+        shop, "/loki/api/v1/label/service_name/values", {"start": str(START), "end": str(NOW)}
+    )
     assert "checkout" in variable["data"]
-    found = grafana(shop, "/loki/api/v1/query_range",
-                    {"query": query, "start": str(START), "end": str(NOW), "step": "60000ms",
-                     "limit": "1000", "direction": "backward"})  # fmt: skip
+    found = grafana(
+        shop,
+        "/loki/api/v1/query_range",
+        {
+            "query": query,
+            "start": str(START),
+            "end": str(NOW),
+            "step": "60000ms",
+            "limit": "1000",
+            "direction": "backward",
+        },
+    )
     assert found["data"]["result"], (title, query)

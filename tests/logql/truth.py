@@ -8,6 +8,7 @@ A query is described twice: as LogQL text (what the server gets) and as a :class
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import math
@@ -311,15 +312,20 @@ def range_answer(
 ) -> dict[tuple[tuple[str, str], ...], list[tuple[int, float]]]:
     """Series -> [(step time, value)] of ``function`` (optionally inside ``outer`` by
     ``outer_by``), each window ``(t - range, t]``."""
-    found = list(samples(records, spec, unwrap, convert))
+    found = sorted(samples(records, spec, unwrap, convert), key=lambda s: s[0])
+    times = [ts for ts, _, _, _ in found]
+    keys = [
+        tuple(
+            sorted((labels if by is None else {k: v for k, v in labels.items() if k in by}).items())
+        )
+        for _, labels, _, _ in found
+    ]
     seconds = range_ns / 1e9
     inner: dict[tuple[tuple[str, str], ...], dict[int, float]] = {}
     for t in steps:
         window: dict[tuple[tuple[str, str], ...], list[tuple[float, int]]] = {}
-        for ts, labels, value, size in found:
-            if t - range_ns < ts <= t:
-                key_labels = labels if by is None else {k: v for k, v in labels.items() if k in by}
-                window.setdefault(tuple(sorted(key_labels.items())), []).append((value, size))
+        for i in range(bisect.bisect_right(times, t - range_ns), bisect.bisect_right(times, t)):
+            window.setdefault(keys[i], []).append((found[i][2], found[i][3]))
         for key, items in window.items():
             if function in ("bytes_over_time", "bytes_rate"):
                 total = float(sum(size for _, size in items))
