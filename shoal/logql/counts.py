@@ -18,12 +18,14 @@ group label that an OTLP row has only as mapped metadata, is left to the general
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from shoal.logql import mapping
 from shoal.logql import model as m
+from shoal.logql.frame import codes as codes_of
 from shoal.logql.series import Series, Steps
 from shoal.logql.source import LogSource, _iso, pushed_filters, quote
 from shoal.logql.streams import matches, stream_labels
@@ -98,42 +100,93 @@ async def answer(source: LogSource, expr: m.Expr, steps: Steps) -> list[Series] 
         f"WHERE ts > {base} AND ts <= {last} GROUP BY 1, 2, 3, 4{', ' + keys if keys else ''}"
     )
     table = await source.rows(text)
-    sums: dict[tuple[tuple[str, str], ...], np.ndarray] = {}
-    use_bytes = node.function in ("bytes_over_time", "bytes_rate")
-    mapped: dict[Any, dict[str, str]] = {}
-    for row in table.to_pylist():
-        key = (row["scope_name"], row["service_name"], tuple(row["resource_attributes"] or ()))
-        stream = mapped.get(key)
-        if stream is None:
-            stream = mapped[key] = stream_labels(row)
-        if not matches(stream, node.query.matchers):
-            continue
-        group: dict[str, str] = {}
-        for i, name in enumerate(labels):
-            if name in stream:
-                group[name] = stream[name]
-            elif row["scope_name"] != LOKI_PUSH_SCOPE:
-                return None  # an OTLP row's metadata is mapped: the general path knows it
-            elif row[_alias(i)]:
-                group[name] = row[_alias(i)]
-        counts = sums.setdefault(tuple(sorted(group.items())), np.zeros(buckets + 1, np.float64))
-        bucket = int(row["bucket"])
-        if 0 <= bucket < buckets:
-            counts[bucket + 1] += row["bytes"] if use_bytes else row["entries"]
-    source.lines_read += int(sum(v.sum() for v in sums.values())) if not use_bytes else 0
+    grouped_counts = _sums(table, node, labels, buckets)
+    if grouped_counts is None:
+        return None
+    groups, sums = grouped_counts
+    if node.function not in ("bytes_over_time", "bytes_rate"):
+        source.lines_read += int(sums.sum())
     starts = np.arange(steps.count, dtype=np.int64) * (step // width)
     ends = starts + node.range_ns // width
+    cumulative = np.cumsum(sums, axis=1)
     out = []
-    for labels_key, counts in sums.items():
-        cumulative = np.cumsum(counts)
-        values = cumulative[ends] - cumulative[starts]
+    for group, row in zip(groups, cumulative, strict=True):
+        values = row[ends] - row[starts]
         present = values > 0
         if not present.any():
             continue
         if node.function in ("rate", "bytes_rate"):
             values = values / (node.range_ns / 1e9)
-        out.append(Series(dict(labels_key), np.where(present, values, 0.0), present))
+        out.append(Series(group, np.where(present, values, 0.0), present))
     return out
+
+
+def _sums(
+    table: pa.Table, node: m.RangeAggregation, labels: tuple[str, ...], buckets: int
+) -> tuple[list[dict[str, str]], np.ndarray] | None:
+    """Per group of ``labels``, the count (or bytes) per bucket (column 0 left empty for
+    the cumulative sums); None when a group label is an OTLP row's mapped metadata."""
+    n = table.num_rows
+    if not n:
+        return [], np.zeros((0, buckets + 1))
+    resources = _column(table, "resource_attributes")
+    keys = pc.binary_join_element_wise(
+        pc.fill_null(_column(table, "scope_name"), ""),
+        pc.fill_null(_column(table, "service_name"), ""),
+        mapping.map_key(resources),
+        "\x1d",
+    )
+    encoded = keys.dictionary_encode()
+    stream_of = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    _, first = np.unique(stream_of, return_index=True)
+    streams = []
+    for i in first.tolist():
+        row = {
+            "scope_name": table.column("scope_name")[i].as_py(),
+            "service_name": table.column("service_name")[i].as_py(),
+            "resource_attributes": resources[i].as_py(),
+        }
+        streams.append((stream_labels(row), row["scope_name"] == LOKI_PUSH_SCOPE))
+    selected = np.array([matches(s, node.query.matchers) for s, _ in streams], dtype=np.bool_)
+    keep = selected[stream_of]
+    codes = np.zeros(n, dtype=np.int64)
+    tables: list[list[str | None]] = []
+    for i, name in enumerate(labels):
+        if any(
+            name not in s and not pushed
+            for (s, pushed), ok in zip(streams, selected, strict=True)
+            if ok
+        ):
+            return None  # an OTLP row's metadata is mapped: the general path knows it
+        from_stream = pa.array([s.get(name) for s, _ in streams], pa.string()).take(encoded.indices)
+        values = pc.coalesce(
+            from_stream,
+            pc.if_else(pc.equal(_column(table, _alias(i)), ""), None, _column(table, _alias(i))),
+        )
+        index, distinct = codes_of(values)
+        tables.append(distinct)
+        codes = codes * (len(distinct) + 1) + (index + 1)
+    uniques, group_of = np.unique(codes[keep], return_inverse=True)
+    weights = _column(table, "bytes" if node.function.startswith("bytes") else "entries")
+    amounts = np.asarray(pc.fill_null(weights, 0).to_numpy(zero_copy_only=False), np.float64)[keep]
+    bucket = np.asarray(_column(table, "bucket").to_numpy(zero_copy_only=False), np.int64)[keep]
+    inside = (bucket >= 0) & (bucket < buckets)
+    sums = np.zeros((len(uniques), buckets + 1), dtype=np.float64)
+    np.add.at(sums, (group_of[inside], bucket[inside] + 1), amounts[inside])
+    out: list[dict[str, str]] = []
+    for code in uniques.tolist():
+        group: dict[str, str] = {}
+        for name, distinct in zip(reversed(labels), reversed(tables), strict=True):
+            code, index = divmod(code, len(distinct) + 1)
+            if index and distinct[index - 1]:
+                group[name] = str(distinct[index - 1])
+        out.append(dict(sorted(group.items())))
+    return out, sums
+
+
+def _column(table: pa.Table, name: str) -> pa.Array:
+    column = table.column(name)
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 def _alias(index: int) -> str:

@@ -91,7 +91,7 @@ def _streams(keys: pa.Array) -> tuple[pa.Array, np.ndarray]:
     return encoded.indices, first
 
 
-def _map_key(maps: pa.MapArray) -> pa.Array:
+def map_key(maps: pa.MapArray) -> pa.Array:
     """Each row's map as one text (its entries in order), to find the distinct maps."""
     offsets = maps.offsets
     flat_keys = maps.keys.slice(offsets[0].as_py(), offsets[-1].as_py() - offsets[0].as_py())
@@ -104,7 +104,7 @@ def _map_key(maps: pa.MapArray) -> pa.Array:
 
 def _pushed(table: pa.Table) -> Frame:
     resources = _array(table, "resource_attributes")
-    stream, first = _streams(_map_key(resources))
+    stream, first = _streams(map_key(resources))
     label_sets = [dict(resources[int(i)].as_py()) for i in first]
     labels = {
         name: Label(STREAM, per_stream([s.get(name) for s in label_sets], stream))
@@ -149,7 +149,7 @@ def _nonzero_text(values: pa.Array) -> pa.Array:
 def _otlp(table: pa.Table) -> Frame:
     resources = _array(table, "resource_attributes")
     keys = pc.binary_join_element_wise(
-        pc.fill_null(_array(table, "service_name"), ""), _map_key(resources), "\x1d"
+        pc.fill_null(_array(table, "service_name"), ""), map_key(resources), "\x1d"
     )
     stream, first = _streams(keys)
     services = _array(table, "service_name")

@@ -159,8 +159,9 @@ def rows(
     labelled = [lbl.with_service_name(pairs) for pairs in stream_labels]
     streams = _label_maps(labelled)
     take = pa.array(stream_of, pa.int64())
+    label_dicts = [dict(p) for p in labelled]
     stream_level = pa.array(
-        [next((dict(p)[f] for f in levels.LEVEL_FIELDS if f in dict(p)), None) for p in labelled],
+        [next((d[f] for f in levels.LEVEL_FIELDS if f in d), None) for d in label_dicts],
         pa.string(),
     )
     keys = levels.keys_of(metadata)
@@ -171,7 +172,7 @@ def rows(
     metadata = _append_where(metadata, levels.DETECTED_LEVEL, found, missing)
     trace_id = _hex_id(metadata, "trace_id", 32) if "trace_id" in keys else nulls(n, pa.string())
     span_id = _hex_id(metadata, "span_id", 16) if "span_id" in keys else nulls(n, pa.string())
-    services = pa.array([dict(p)[lbl.SERVICE_NAME] for p in labelled], pa.string())
+    services = pa.array([d[lbl.SERVICE_NAME] for d in label_dicts], pa.string())
     safe = np.where(keep, ns, 0)
     columns: dict[str, pa.Array] = {
         "timestamp": timestamps(safe),
@@ -194,7 +195,7 @@ def rows(
         "resource_attributes_types": empty_maps(n),
         "resource_dropped_attributes_count": pa.array(np.zeros(n, np.int64)),
         "resource_schema_url": nulls(n, pa.string()),
-        "scope_name": pa.array(np.full(n, LOKI_PUSH_SCOPE, dtype=object), pa.string()),
+        "scope_name": pa.repeat(pa.scalar(LOKI_PUSH_SCOPE, pa.string()), n),
         "scope_version": nulls(n, pa.string()),
         "scope_attributes": empty_maps(n),
         "scope_attributes_types": empty_maps(n),
@@ -226,6 +227,13 @@ def _append_where(maps: pa.MapArray, key: str, values: pa.Array, where: pa.Array
     if not add.any():
         return maps
     old = list_offsets(maps)
+    if not old[-1] and add.all():  # no row has an entry yet: one each (no metadata sent)
+        return pa.MapArray.from_arrays(
+            pa.array(np.arange(len(maps) + 1, dtype=np.int32)),
+            pa.repeat(pa.scalar(key, pa.string()), len(maps)),
+            values.cast(pa.string()),
+            type=ATTRS,
+        )
     lengths = np.diff(old) + add
     new = np.zeros(len(maps) + 1, dtype=np.int64)
     np.cumsum(lengths, out=new[1:])

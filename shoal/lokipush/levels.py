@@ -14,7 +14,7 @@ first level field wins (Loki prefers ``level`` to ``severity`` wherever they are
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -72,22 +72,47 @@ def _group(found: pa.Array, *names: str) -> pa.Array:
     return pc.coalesce(*parts) if len(parts) > 1 else parts[0]
 
 
-def from_lines(lines: pa.Array) -> pa.Array:
-    """The level of each line as Loki reads it off the line alone (never null)."""
-    lines = pc.fill_null(lines, "")
-    found: list[pa.Array] = []
+Compute = Callable[[pa.Array], pa.Array]
+
+
+def _fill(found: pa.Array | None, n: int, rows: pa.Array, compute: Compute) -> pa.Array:
+    """``found`` with its nulls (all of its ``n`` values when it is None) filled by
+    ``compute`` of the matching ``rows``, which is run on those rows only."""
+    if found is None:
+        return compute(rows)
+    missing = found.is_null()
+    if not found.null_count:
+        return found
+    if found.null_count == n:
+        return compute(rows)
+    return pc.replace_with_mask(found, missing, compute(rows.filter(missing)))
+
+
+def _fields(lines: pa.Array) -> pa.Array:
+    """The level a JSON line's or a logfmt line's level field names (null: none)."""
     stripped = pc.utf8_trim_whitespace(lines)
     is_json = pc.and_(pc.starts_with(stripped, "{"), pc.ends_with(stripped, "}"))
-    if pc.any(is_json).as_py():
-        field = _group(pc.extract_regex(lines, _JSON_LEVEL), "v")
-        found.append(normalize(pc.if_else(is_json, field, None), keep_unknown=False))
     is_logfmt = pc.and_(pc.invert(is_json), pc.match_substring(lines, "="))
-    if pc.any(is_logfmt).as_py():
-        field = _group(pc.extract_regex(lines, _LOGFMT_LEVEL), "q", "v")
-        found.append(normalize(pc.if_else(is_logfmt, field, None), keep_unknown=False))
+    out = pa.nulls(len(lines), pa.string())
+    for mask, pattern, groups in ((is_json, _JSON_LEVEL, ("v",)),
+                                  (is_logfmt, _LOGFMT_LEVEL, ("q", "v"))):  # fmt: skip
+        if not pc.any(mask).as_py():
+            continue
+        field = _group(pc.extract_regex(lines.filter(mask), pattern), *groups)
+        out = pc.replace_with_mask(out, mask, normalize(field, keep_unknown=False))
+    return out
+
+
+def _words(lines: pa.Array) -> pa.Array:
     word = _group(pc.extract_regex(pc.utf8_lower(lines), _WORD), "w")
-    found.append(normalize(word, keep_unknown=False))
-    return pc.coalesce(*found, pa.scalar("unknown"))
+    return pc.fill_null(normalize(word, keep_unknown=False), "unknown")
+
+
+def from_lines(lines: pa.Array) -> pa.Array:
+    """The level of each line as Loki reads it off the line alone (never null): a level
+    field of a JSON or logfmt line, else the first level word, else ``unknown``."""
+    lines = pc.fill_null(lines, "")
+    return _fill(_fields(lines), len(lines), lines, _words)
 
 
 def detect(
@@ -95,12 +120,14 @@ def detect(
 ) -> pa.Array:
     """``detected_level`` per entry: the first non-null of ``named`` (level texts found in
     labels or metadata, in order of preference), normalised; else the OTLP ``severity``
-    number's; else the line's."""
+    number's; else the line's (read only for the entries the others leave open)."""
     candidates = [normalize(values) for values in named if values.null_count < len(values)]
     if severity is not None:
         candidates.append(from_severity_number(severity))
-    candidates.append(from_lines(lines))
-    return pc.coalesce(*candidates) if len(candidates) > 1 else candidates[0]
+    found = None
+    if candidates:
+        found = pc.coalesce(*candidates) if len(candidates) > 1 else candidates[0]
+    return _fill(found, len(lines), lines, from_lines)
 
 
 def keys_of(maps: pa.MapArray) -> set[str]:
