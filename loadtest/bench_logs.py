@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     data = args.data_dir or Path(tempfile.mkdtemp(prefix="bench-logs-")) / "data"
+    data.parent.mkdir(parents=True, exist_ok=True)
     env = {"SHOAL_LOG_LEVEL": "warning", "SHOAL_PROMQL_MAX_SAMPLES": str(20_000_000)}
     span = int(args.hours * HOUR_NS)
     now = time.time_ns()

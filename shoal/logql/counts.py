@@ -23,13 +23,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shoal.logql import mapping
+from shoal.logql import indexed, mapping
 from shoal.logql import model as m
 from shoal.logql.frame import codes as codes_of
 from shoal.logql.series import Series, Steps
 from shoal.logql.source import LogSource, _iso, pushed_filters, quote
 from shoal.logql.streams import matches, stream_labels
 from shoal.schema import LOKI_PUSH_SCOPE
+from shoal.storage import logindex
 
 COUNTING = frozenset({"count_over_time", "rate", "bytes_over_time", "bytes_rate"})
 
@@ -99,11 +100,28 @@ async def answer(source: LogSource, expr: m.Expr, steps: Steps) -> list[Series] 
         f"body FROM logs WHERE {' AND '.join(where)}) AS rows "
         f"WHERE ts > {base} AND ts <= {last} GROUP BY 1, 2, 3, 4{', ' + keys if keys else ''}"
     )
+    aligned = base % indexed.MINUTE_NS == 0 and width % indexed.MINUTE_NS == 0
+    if aligned and not node.query.stages:
+        # whole minutes: the log index has the counts, no row is read
+        table = await indexed.minutes(source, base + 1, last)
+        bucket = pc.divide(
+            pc.subtract(pc.multiply(table.column("minute"), indexed.MINUTE_NS), base), width
+        )
+        table = table.append_column("bucket", bucket)
+        grouped_counts = _sums(table, node, labels, buckets, metadata=False)
+        if grouped_counts is not None:
+            return _series(node, steps, step, width, *grouped_counts, source)
     table = await source.rows(text)
     grouped_counts = _sums(table, node, labels, buckets)
     if grouped_counts is None:
         return None
-    groups, sums = grouped_counts
+    return _series(node, steps, step, width, *grouped_counts, source)
+
+
+def _series(
+    node: m.RangeAggregation, steps: Steps, step: int, width: int,
+    groups: list[dict[str, str]], sums: np.ndarray, source: LogSource,
+) -> list[Series]:  # fmt: skip
     if node.function not in ("bytes_over_time", "bytes_rate"):
         source.lines_read += int(sums.sum())
     starts = np.arange(steps.count, dtype=np.int64) * (step // width)
@@ -122,10 +140,12 @@ async def answer(source: LogSource, expr: m.Expr, steps: Steps) -> list[Series] 
 
 
 def _sums(
-    table: pa.Table, node: m.RangeAggregation, labels: tuple[str, ...], buckets: int
-) -> tuple[list[dict[str, str]], np.ndarray] | None:
+    table: pa.Table, node: m.RangeAggregation, labels: tuple[str, ...], buckets: int,
+    metadata: bool = True,
+) -> tuple[list[dict[str, str]], np.ndarray] | None:  # fmt: skip
     """Per group of ``labels``, the count (or bytes) per bucket (column 0 left empty for
-    the cumulative sums); None when a group label is an OTLP row's mapped metadata."""
+    the cumulative sums); None when a group label is an OTLP row's mapped metadata, or
+    any metadata without ``metadata`` (the log index has none)."""
     n = table.num_rows
     if not n:
         return [], np.zeros((0, buckets + 1))
@@ -133,7 +153,7 @@ def _sums(
     keys = pc.binary_join_element_wise(
         pc.fill_null(_column(table, "scope_name"), ""),
         pc.fill_null(_column(table, "service_name"), ""),
-        mapping.map_key(resources),
+        logindex.map_key(resources),
         "\x1d",
     )
     encoded = keys.dictionary_encode()
@@ -152,17 +172,14 @@ def _sums(
     codes = np.zeros(n, dtype=np.int64)
     tables: list[list[str | None]] = []
     for i, name in enumerate(labels):
-        if any(
-            name not in s and not pushed
-            for (s, pushed), ok in zip(streams, selected, strict=True)
-            if ok
-        ):
+        chosen = [stream for stream, ok in zip(streams, selected, strict=True) if ok]
+        if any(name not in labelled and not (pushed and metadata) for labelled, pushed in chosen):
             return None  # an OTLP row's metadata is mapped: the general path knows it
-        from_stream = pa.array([s.get(name) for s, _ in streams], pa.string()).take(encoded.indices)
-        values = pc.coalesce(
-            from_stream,
-            pc.if_else(pc.equal(_column(table, _alias(i)), ""), None, _column(table, _alias(i))),
-        )
+        per_stream = pa.array([s.get(name) for s, _ in streams], pa.string())
+        values = per_stream.take(encoded.indices)
+        if metadata:
+            found = _column(table, _alias(i))
+            values = pc.coalesce(values, pc.if_else(pc.equal(found, ""), None, found))
         index, distinct = codes_of(values)
         tables.append(distinct)
         codes = codes * (len(distinct) + 1) + (index + 1)

@@ -11,14 +11,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shoal.logql import mapping, parsers
+from shoal.logql import indexed, parsers
 from shoal.logql import model as m
 from shoal.logql.frame import METADATA, PARSED, Frame
 from shoal.logql.parse import bytes_value
 from shoal.logql.pipeline import go_duration_seconds
 from shoal.logql.series import Steps
-from shoal.logql.source import LogSource, _iso, pushed_filters
-from shoal.logql.streams import matches, stream_labels
+from shoal.logql.source import LogSource
+from shoal.logql.streams import matches, per_stream, stream_labels
 
 Key = tuple[tuple[str, str], ...]
 
@@ -30,21 +30,13 @@ async def volume(
     """Bytes per group (per step with ``steps``) of the streams ``selector`` selects: by
     ``target_labels`` (default: the selector's label names), or with ``by_labels`` per
     label name."""
-    where = [f"timestamp >= '{_iso(start_ns // 1000)}'", f"timestamp <= '{_iso(end_ns // 1000)}'"]
-    where += [p for p in pushed_filters(selector) if not p.startswith("(strpos")]
-    bucket = "0"
-    count = 1
+    minutes = await indexed.minutes(source, start_ns, end_ns)
+    count = steps.count if steps is not None else 1
+    bucket = np.zeros(minutes.num_rows, dtype=np.int64)
     if steps is not None:
-        bucket = f"(ts - {steps.start}) / {steps.step}"
-        count = steps.count
-    text = (
-        f"SELECT service_name, scope_name, resource_attributes, {bucket} AS bucket, "
-        "sum(octet_length(body)) AS bytes FROM "
-        f"(SELECT {mapping.TS_SQL}, service_name, scope_name, resource_attributes, body "
-        f"FROM logs WHERE {' AND '.join(where)}) AS rows "
-        f"WHERE ts >= {start_ns} AND ts <= {end_ns} GROUP BY 1, 2, 3, 4"
-    )
-    table = await source.rows(text)
+        starts = np.asarray(minutes.column("minute").to_numpy(), np.int64) * indexed.MINUTE_NS
+        bucket = (starts + indexed.MINUTE_NS - steps.start) // steps.step
+    table = per_stream(minutes.append_column("bucket", pa.array(bucket)), ("bucket",))
     names = list(target_labels) or [x.name for x in selector.matchers]
     out: dict[Key, np.ndarray] = {}
     for row in table.to_pylist():

@@ -28,6 +28,7 @@ from shoal.logql.frame import METADATA, STREAM, Frame, Label, concat, per_stream
 from shoal.lokipush import labels as lbl
 from shoal.lokipush import levels
 from shoal.schema import LOKI_PUSH_SCOPE
+from shoal.storage import logindex
 
 INDEX_LABELS = frozenset({
     "service.name", "service.namespace", "service.instance.id", "deployment.environment",
@@ -91,20 +92,9 @@ def _streams(keys: pa.Array) -> tuple[pa.Array, np.ndarray]:
     return encoded.indices, first
 
 
-def map_key(maps: pa.MapArray) -> pa.Array:
-    """Each row's map as one text (its entries in order), to find the distinct maps."""
-    offsets = maps.offsets
-    flat_keys = maps.keys.slice(offsets[0].as_py(), offsets[-1].as_py() - offsets[0].as_py())
-    flat_items = maps.items.slice(offsets[0].as_py(), offsets[-1].as_py() - offsets[0].as_py())
-    entries = pc.binary_join_element_wise(flat_keys, pc.fill_null(flat_items, ""), "\x1f")
-    rebased = pc.subtract(offsets, offsets[0])
-    lists = pa.ListArray.from_arrays(rebased, entries)
-    return pc.binary_join(lists, "\x1e")
-
-
 def _pushed(table: pa.Table) -> Frame:
     resources = _array(table, "resource_attributes")
-    stream, first = _streams(map_key(resources))
+    stream, first = _streams(logindex.map_key(resources))
     label_sets = [dict(resources[int(i)].as_py()) for i in first]
     labels = {
         name: Label(STREAM, per_stream([s.get(name) for s in label_sets], stream))
@@ -149,7 +139,7 @@ def _nonzero_text(values: pa.Array) -> pa.Array:
 def _otlp(table: pa.Table) -> Frame:
     resources = _array(table, "resource_attributes")
     keys = pc.binary_join_element_wise(
-        pc.fill_null(_array(table, "service_name"), ""), map_key(resources), "\x1d"
+        pc.fill_null(_array(table, "service_name"), ""), logindex.map_key(resources), "\x1d"
     )
     stream, first = _streams(keys)
     services = _array(table, "service_name")

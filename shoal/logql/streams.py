@@ -9,14 +9,16 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shoal.logql import mapping
+from shoal.logql import indexed, mapping
 from shoal.logql import model as m
 from shoal.logql.source import LogSource, _iso, pushed_filters
 from shoal.regex import compile_pattern
 from shoal.schema import LOKI_PUSH_SCOPE
+from shoal.storage import logindex
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,19 +54,19 @@ async def streams(
     (all without one), with their entry counts, bytes and times. ``line_filters``: also
     apply the selectors' leading ``|=`` filters (as ``/index/stats`` does)."""
     where = [f"timestamp >= '{_iso(start_ns // 1000)}'", f"timestamp <= '{_iso(end_ns // 1000)}'"]
-    if len(selectors) == 1:
-        pushed = pushed_filters(selectors[0])
-        if not line_filters:
-            pushed = [p for p in pushed if not p.startswith("(strpos")]
+    pushed = pushed_filters(selectors[0]) if len(selectors) == 1 else []
+    if line_filters and any(p.startswith("(strpos") for p in pushed):
         where += pushed
-    text = (
-        "SELECT service_name, scope_name, resource_attributes, count(*) AS entries, "
-        "sum(octet_length(body)) AS bytes, min(ts) AS first_ns, max(ts) AS last_ns FROM "
-        f"(SELECT {mapping.TS_SQL}, service_name, scope_name, resource_attributes, body "
-        f"FROM logs WHERE {' AND '.join(where)}) AS rows "
-        f"WHERE ts >= {start_ns} AND ts <= {end_ns} GROUP BY 1, 2, 3"
-    )
-    table = await source.rows(text)
+        text = (
+            "SELECT service_name, scope_name, resource_attributes, count(*) AS entries, "
+            "sum(octet_length(body)) AS bytes, min(ts) AS first_ns, max(ts) AS last_ns FROM "
+            f"(SELECT {mapping.TS_SQL}, service_name, scope_name, resource_attributes, body "
+            f"FROM logs WHERE {' AND '.join(where)}) AS rows "
+            f"WHERE ts >= {start_ns} AND ts <= {end_ns} GROUP BY 1, 2, 3"
+        )
+        table = await source.rows(text)
+    else:  # no line filter: the log index's minutes, no row read
+        table = per_stream(await indexed.minutes(source, start_ns, end_ns))
     merged: dict[tuple[tuple[str, str], ...], list[int]] = {}
     for row in table.to_pylist():
         labels = stream_labels(row)
@@ -81,6 +83,39 @@ async def streams(
             continue
         out.append(Stream(labels, entries, size, first, last))
     return out
+
+
+def per_stream(minutes: pa.Table, by: tuple[str, ...] = ()) -> pa.Table:
+    """The log index's minutes summed per stream (and per value of the columns ``by``)."""
+    if not minutes.num_rows:
+        return minutes
+    resources = minutes.column("resource_attributes").combine_chunks()
+    keys = pc.binary_join_element_wise(
+        pc.fill_null(minutes.column("scope_name"), "\x00"),
+        pc.fill_null(minutes.column("service_name"), "\x00"),
+        logindex.map_key(resources),
+        "\x1d",
+    )
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    codes = keys.dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    _, first = np.unique(codes, return_index=True)
+    summed = pa.table({
+        "stream": codes, "entries": minutes.column("entries"), "bytes": minutes.column("bytes"),
+        "first_ns": minutes.column("first_ns"), "last_ns": minutes.column("last_ns"),
+        **{name: minutes.column(name) for name in by},
+    }).group_by(["stream", *by]).aggregate([
+        ("entries", "sum"), ("bytes", "sum"), ("first_ns", "min"), ("last_ns", "max"),
+    ])  # fmt: skip
+    rows = pa.array(first, pa.int64()).take(summed.column("stream"))
+    return pa.table({
+        "service_name": minutes.column("service_name").take(rows),
+        "scope_name": minutes.column("scope_name").take(rows),
+        "resource_attributes": resources.take(rows),
+        "entries": summed.column("entries_sum"), "bytes": summed.column("bytes_sum"),
+        "first_ns": summed.column("first_ns_min"), "last_ns": summed.column("last_ns_max"),
+        **{name: summed.column(name) for name in by},
+    })  # fmt: skip
 
 
 def stream_labels(row: dict[str, Any]) -> dict[str, str]:
