@@ -43,6 +43,7 @@ RARE = "ultraviolet-7f3a9c"
 LEVELS = ("debug", "info", "info", "info", "warn", "error")
 PATHS = ("/cart", "/checkout", "/login", "/search", "/items", "/api/v2/orders")
 HOUR_NS = 3_600_000_000_000
+VOLUME = 'sum by (level) (count_over_time({service_name=~".+"}[1m]))'
 
 
 def _line(rng: random.Random, i: int, json_body: bool, level: str, rare: bool) -> str:
@@ -74,7 +75,7 @@ def push_bodies(
             loki.label_text(
                 {"service_name": f"svc-{s:02d}", "env": "prod", "level": level}
             ).encode(),
-        )  # fmt: skip
+        )
         for s in range(services)
         for level in set(LEVELS)
     }
@@ -86,14 +87,16 @@ def push_bodies(
             level = LEVELS[(i // services) % len(LEVELS)]
             rare = i % rare_every == rare_every // 2
             if rare:
-                service = 7
+                service = 7 % services
             line = _line(rng, i, rng.random() < 0.5, level, rare)
             streams.setdefault((service, level), []).append(_entry(start_ns + int(i * step), line))
         raw = b"".join(field(1, heads[key] + b"".join(entries)) for key, entries in streams.items())
         yield count, loki.compress(raw)
 
 
-def otlp_bodies(lines: int, services: int, start_ns: int, span_ns: int, batch: int, seed: int = 11) -> Iterator[tuple[int, bytes]]:  # fmt: skip
+def otlp_bodies(
+    lines: int, services: int, start_ns: int, span_ns: int, batch: int, seed: int = 11
+) -> Iterator[tuple[int, bytes]]:
     """The same records as :func:`push_bodies`, as ``ExportLogsServiceRequest`` bodies."""
     rng = random.Random(seed)
     step = span_ns / lines
@@ -119,7 +122,9 @@ def otlp_bodies(lines: int, services: int, start_ns: int, span_ns: int, batch: i
         yield count, request.SerializeToString()
 
 
-def send_all(url: str, path: str, content_type: str, bodies: list[tuple[int, bytes]], workers: int) -> float:  # fmt: skip
+def send_all(
+    url: str, path: str, content_type: str, bodies: list[tuple[int, bytes]], workers: int
+) -> float:
     """Send ``bodies`` over ``workers`` keep-alive connections; records per second."""
     parsed = urllib.parse.urlsplit(url)
     queue = list(bodies)
@@ -163,8 +168,8 @@ def timed(call: Callable[[], object], repeat: int) -> tuple[float, object]:
 
 
 def get(url: str, path: str, params: dict[str, str]) -> dict[str, object]:
-    connection = http.client.HTTPConnection(urllib.parse.urlsplit(url).hostname,
-                                            urllib.parse.urlsplit(url).port, timeout=300)  # fmt: skip
+    parsed = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=300)
     connection.request("GET", f"{path}?{urllib.parse.urlencode(params)}")
     response = connection.getresponse()
     body = response.read()
@@ -172,6 +177,26 @@ def get(url: str, path: str, params: dict[str, str]) -> dict[str, object]:
         raise SystemExit(f"{path} {params}: {response.status} {body[:300]!r}")
     answer: dict[str, object] = json.loads(body)
     return answer
+
+
+def load(server: ServerProcess, args: argparse.Namespace, start: int, span: int) -> None:
+    """Push the benchmark's lines, in time order, over one connection."""
+    sent = 0
+    started = time.perf_counter()
+    parsed = urllib.parse.urlsplit(server.url)
+    connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=300)
+    for count, body in push_bodies(args.lines, args.services, start, span, args.batch):
+        connection.request(
+            "POST", "/loki/api/v1/push", body, {"Content-Type": "application/x-protobuf"}
+        )
+        response = connection.getresponse()
+        response.read()
+        if response.status != 204:
+            raise SystemExit(f"push failed: {response.status}")
+        sent += count
+    load_s = time.perf_counter() - started
+    print(f"loaded {sent:,} lines over {args.hours:g} h in {load_s:.1f} s "
+          f"({sent / load_s:,.0f} lines/s, one connection, bodies built on the way)")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -183,6 +208,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ingest-lines", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument(
+        "--reuse", action="store_true", help="query the lines a run left in --data-dir"
+    )
     args = parser.parse_args(argv)
     data = args.data_dir or Path(tempfile.mkdtemp(prefix="bench-logs-")) / "data"
     data.parent.mkdir(parents=True, exist_ok=True)
@@ -190,27 +218,22 @@ def main(argv: list[str] | None = None) -> None:
     span = int(args.hours * HOUR_NS)
     now = time.time_ns()
     start = now - span
+    marker = data.parent / "bench-logs.json"
+    if args.reuse:
+        now = json.loads(marker.read_text())["end_ns"]
+        start = now - span
     server = ServerProcess(data, env=env).start()
     try:
-        sent = 0
-        started = time.perf_counter()
-        parsed = urllib.parse.urlsplit(server.url)
-        connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=300)
-        for count, body in push_bodies(args.lines, args.services, start, span, args.batch):
-            connection.request("POST", "/loki/api/v1/push", body,
-                               {"Content-Type": "application/x-protobuf"})  # fmt: skip
-            response = connection.getresponse()
-            response.read()
-            if response.status != 204:
-                raise SystemExit(f"push failed: {response.status}")
-            sent += count
-        load_s = time.perf_counter() - started
-        print(f"loaded {sent:,} lines over {args.hours:g} h in {load_s:.1f} s "
-              f"({sent / load_s:,.0f} lines/s, one connection, bodies built on the way)")  # fmt: skip
-        assert server.terminate() == 0  # the final flush: every line in Parquet
-        server = ServerProcess(data, env=env).start()
+        if not args.reuse:
+            load(server, args, start, span)
+            marker.write_text(json.dumps({"end_ns": now}))
+            assert server.terminate() == 0  # the final flush: every line in Parquet
+            server = ServerProcess(data, env=env).start()
         hour = {"start": str(now - HOUR_NS), "end": str(now), "limit": "100"}
         day = {"start": str(start), "end": str(now), "limit": "100"}
+        # Grafana's query splitting and Loki's align_queries_with_step give whole minutes
+        minute = 60_000_000_000
+        whole_minutes = {"start": str(start // minute * minute), "end": str(now // minute * minute)}
         queries = [
             ("rare token, 1 h", "/loki/api/v1/query_range",
              {**hour, "query": f'{{service_name="svc-07"}} |= "{RARE}"'}),
@@ -219,44 +242,47 @@ def main(argv: list[str] | None = None) -> None:
             ("json + label filter, 1 h", "/loki/api/v1/query_range",
              {**hour, "query": '{service_name="svc-03"} | json | status >= 500'}),
             ("volume by level, 24 h at 1 m", "/loki/api/v1/query_range",
-             {**day, "step": "60", "query":
-              'sum by (level) (count_over_time({service_name=~".+"}[1m]))'}),
+             {**whole_minutes, "step": "60", "query": VOLUME}),
+            ("the same, unaligned start", "/loki/api/v1/query_range",
+             {**day, "step": "60", "query": VOLUME}),
             ("label values, 24 h", "/loki/api/v1/label/service_name/values", day),
         ]  # fmt: skip
         print(f"\n{'query':<30} {'median':>10}  answer")
         for name, path, params in queries:
-            seconds, answer = timed(lambda: get(server.url, path, params), args.repeat)
+            seconds, answer = timed(
+                lambda path=path, params=params: get(server.url, path, params), args.repeat
+            )
             data_part = answer.get("data", answer) if isinstance(answer, dict) else answer
             print(f"{name:<30} {seconds * 1000:>8.1f} ms  {_summary(data_part)}")
-        # ingest: the same records by Loki push and by OTLP
+        if not args.ingest_lines:
+            return
+    finally:
+        server.kill()
+    # ingest: the same records by Loki push and by OTLP, into a server of their own (the
+    # day above keeps only pushed lines)
+    server = ServerProcess(data.parent / "ingest", env=env).start()
+    try:
         span_i = HOUR_NS
-        pushes = list(
-            push_bodies(args.ingest_lines, args.services, now - 2 * span_i, span_i, args.batch, 5)
-        )
-        otlps = list(
-            otlp_bodies(args.ingest_lines, args.services, now - span_i, span_i, args.batch, 5)
-        )
+        pushes = list(push_bodies(args.ingest_lines, args.services, now - 2 * span_i, span_i,
+                                  args.batch, 5))  # fmt: skip
+        otlps = list(otlp_bodies(args.ingest_lines, args.services, now - span_i, span_i,
+                                 args.batch, 5))  # fmt: skip
         rates: dict[str, list[float]] = {"push": [], "otlp": []}
         for round_ in range(2):
             order = ("push", "otlp") if round_ == 0 else ("otlp", "push")
             for kind in order:
-                if kind == "push":
-                    rate = send_all(
-                        server.url, "/loki/api/v1/push", "application/x-protobuf", pushes, 2
-                    )
-                else:
-                    rate = send_all(server.url, "/v1/logs", "application/x-protobuf", otlps, 2)
-                rates[kind].append(rate)
+                path = "/loki/api/v1/push" if kind == "push" else "/v1/logs"
+                bodies = pushes if kind == "push" else otlps
+                rates[kind].append(send_all(server.url, path, "application/x-protobuf", bodies, 2))
         push_rate, otlp_rate = statistics.median(rates["push"]), statistics.median(rates["otlp"])
-        print(
-            f"\ningest of {args.ingest_lines:,} records in requests of {args.batch:,}, 2 connections:"
-        )
-        print(
-            f"  Loki push  {push_rate:>12,.0f} records/s  (runs: {', '.join(f'{r:,.0f}' for r in rates['push'])})"
-        )
-        print(
-            f"  OTLP/HTTP  {otlp_rate:>12,.0f} records/s  (runs: {', '.join(f'{r:,.0f}' for r in rates['otlp'])})"
-        )
+        batch = f"{args.batch:,}"
+        print(f"\ningest of {args.ingest_lines:,} records in requests of {batch}, 2 connections:")
+        for label, kind, rate in (
+            ("Loki push", "push", push_rate),
+            ("OTLP/HTTP", "otlp", otlp_rate),
+        ):
+            runs = ", ".join(f"{r:,.0f}" for r in rates[kind])
+            print(f"  {label:<10} {rate:>12,.0f} records/s  (runs: {runs})")
         print(f"  push / OTLP {push_rate / otlp_rate:.2f}x")
     finally:
         server.kill()
