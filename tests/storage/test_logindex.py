@@ -25,9 +25,10 @@ MINUTE = 60_000_000_000
 
 def _rows(n: int, seed: int) -> pa.Table:
     now = time.time_ns() // MINUTE * MINUTE
+    span = 3 * 3_600_000_000_000
     tables = [
         decode(snappy.decompress(body, 1 << 30)).table
-        for _, body in push_bodies(n, 7, now - 3 * 3_600_000_000_000, 3 * 3_600_000_000_000, 2000, seed)
+        for _, body in push_bodies(n, 7, now - span, span, 2000, seed)
     ]
     return pa.concat_tables(tables)
 
