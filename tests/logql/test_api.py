@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from loadtest import loki as push
-from tests.lokipush.conftest import Loki, get, post
+from tests.lokipush.conftest import Loki, get, push_streams
 
 T0 = (time.time_ns() // 60_000_000_000 - 30) * 60_000_000_000
 MINUTE = 60_000_000_000
@@ -39,12 +39,7 @@ def pushed(loki: Loki) -> Loki:
         ),
         ({"app": "slow"}, [(T0, "a" * 5000 + "!")]),
     ]
-    status, _, text = post(
-        f"{loki.url}/loki/api/v1/push",
-        push.compress(push.encode(streams)),
-        {"Authorization": f"Bearer {loki.token}", "Content-Type": "application/x-protobuf"},
-    )
-    assert status == 204, text
+    push_streams(loki, streams)
     return loki
 
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from loadtest import loki as push
-from tests.lokipush.conftest import Loki, get, post
+from tests.lokipush.conftest import Loki, get, push_streams
 
 ROOT = Path(__file__).resolve().parents[2] / "deploy" / "grafana"
 NOW = time.time_ns()
@@ -33,12 +33,7 @@ def shop(loki: Loki) -> Loki:
         ({"service_name": "checkout", "env": "prod"}, entries),
         ({"service_name": "cart", "env": "prod"}, [(NOW - 60_000_000_000, "level=error boom")]),
     ]
-    status, _, text = post(
-        f"{loki.url}/loki/api/v1/push",
-        push.compress(push.encode(streams)),
-        {"Authorization": f"Bearer {loki.token}", "Content-Type": "application/x-protobuf"},
-    )
-    assert status == 204, text
+    push_streams(loki, streams)
     return loki
 
 

@@ -18,48 +18,23 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from loadtest import loki as push
-from loadtest.ingest import ServerProcess
-from shoal.auth import TokenStore
-from tests.lokipush.conftest import Loki, post
+from tests.lokipush.conftest import Loki, push_streams, serve
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def loki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loki]:
-    tmp = tmp_path_factory.mktemp("tail")
-    store = TokenStore(tmp / "data")
-    token = store.create("acme", frozenset({"ingest", "query"}))[0]
-    other = store.create("other", frozenset({"ingest", "query"}))[0]
-    reader = store.create("acme", frozenset({"query"}))[0]
-    server = ServerProcess(
-        tmp / "data",
-        env={
-            "PYTHONPATH": str(REPO),
-            "SHOAL_LOG_LEVEL": "warning",
-            "SHOAL_HTTP_READ_TIMEOUT_S": "1",
-            "SHOAL_LOKI_TAIL_BUFFER_ROWS": "50",
-        },
-        log_path=tmp / "server.log",
+    yield from serve(
+        tmp_path_factory.mktemp("tail"),
+        {"SHOAL_HTTP_READ_TIMEOUT_S": "1", "SHOAL_LOKI_TAIL_BUFFER_ROWS": "50"},
     )
-    try:
-        yield Loki(server.start(), token, other, reader)
-    finally:
-        server.kill()
 
 
 def send(loki: Loki, app: str, lines: list[str], token: str | None = None) -> None:
     now = time.time_ns()
     entries: list[push.Entry] = [(now + i, line) for i, line in enumerate(lines)]
-    status, _, text = post(
-        f"{loki.url}/loki/api/v1/push",
-        push.compress(push.encode([({"app": app}, entries)])),
-        {
-            "Authorization": f"Bearer {token or loki.token}",
-            "Content-Type": "application/x-protobuf",
-        },
-    )
-    assert status == 204, text
+    push_streams(loki, [({"app": app}, entries)], token)
 
 
 def tail(loki: Loki, query: str, token: str | None, **params: str) -> ClientConnection:

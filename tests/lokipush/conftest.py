@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from loadtest import loki as push
 from loadtest.ingest import ServerProcess
 from shoal.auth import TokenStore
 
@@ -35,22 +36,40 @@ class Loki:
         return self.server.url
 
 
-@pytest.fixture(scope="module")
-def loki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loki]:
-    tmp = tmp_path_factory.mktemp("loki")
+def serve(tmp: Path, env: dict[str, str] | None = None) -> Iterator[Loki]:
+    """A server on ``tmp/data`` with tokens for tenants acme (ingest and query; query
+    only) and other (ingest and query), stopped when the generator is closed."""
     store = TokenStore(tmp / "data")
     token = store.create("acme", frozenset({"ingest", "query"}))[0]
     other = store.create("other", frozenset({"ingest", "query"}))[0]
     reader = store.create("acme", frozenset({"query"}))[0]
     server = ServerProcess(
         tmp / "data",
-        env={"PYTHONPATH": str(REPO), "SHOAL_LOG_LEVEL": "warning"},
+        env={"PYTHONPATH": str(REPO), "SHOAL_LOG_LEVEL": "warning", **(env or {})},
         log_path=tmp / "server.log",
     )
     try:
         yield Loki(server.start(), token, other, reader)
     finally:
         server.kill()
+
+
+@pytest.fixture(scope="module")
+def loki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loki]:
+    yield from serve(tmp_path_factory.mktemp("loki"))
+
+
+def push_streams(loki: Loki, streams: list[push.Stream], token: str | None = None) -> None:
+    """Push ``streams`` as Promtail does (protobuf, snappy); it must be accepted whole."""
+    status, _, text = post(
+        f"{loki.url}/loki/api/v1/push",
+        push.compress(push.encode(streams)),
+        {
+            "Authorization": f"Bearer {token or loki.token}",
+            "Content-Type": "application/x-protobuf",
+        },
+    )
+    assert status == 204, text
 
 
 def post(
