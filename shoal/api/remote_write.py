@@ -6,18 +6,20 @@ path as OTLP (queue, WAL, fsync before the answer) with the same token, role, te
 size limit and backpressure. Answers: 204 once every sample is durable (2.0 with the
 ``X-Prometheus-Remote-Write-*-Written`` headers); 400 for what can never succeed, with
 what was wrong (also when some series or native histograms were refused and the rest
-stored, as the specification requires); 415 for a content type or encoding it cannot read; 429 or
-503 with ``Retry-After`` only when a retry can succeed.
+stored, as the specification requires); 415 for a content type or encoding it cannot read;
+503 with ``Retry-After`` when a retry can succeed, a full queue included (its senders drop a
+batch answered 429 unless told otherwise: :func:`~shoal.api.status.remote_write_status`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from fastapi import APIRouter, Request, Response
 
 from shoal.api.bodies import read_body
-from shoal.api.status import classify
+from shoal.api.status import ErrorStatus, classify, remote_write_status
 from shoal.auth import Authenticator
 from shoal.errors import UnsupportedMediaTypeError
 from shoal.ingest.decoding import REMOTE_WRITE, DecodeJob
@@ -40,12 +42,19 @@ def _encoding(request: Request) -> None:
 
 
 def refused(
-    request: Request, exc: Exception, signal: str, protocol: str, tenant: str, watch: Stopwatch
+    request: Request,
+    exc: Exception,
+    signal: str,
+    protocol: str,
+    tenant: str,
+    watch: Stopwatch,
+    status_of: Callable[[BaseException, float], ErrorStatus] = classify,
 ) -> Response:
     """The plain-text answer to an ingest request that ``exc`` refused (remote write, Loki
-    push): its status, ``Retry-After`` when a retry can succeed, and the request counted."""
+    push): its status (``status_of``'s: the protocol's senders decide which codes they
+    retry), ``Retry-After`` when a retry can succeed, and the request counted."""
     ingest: IngestHandler = request.app.state.ingest
-    status = classify(exc, request.app.state.retry_after_s)
+    status = status_of(exc, request.app.state.retry_after_s)
     if status.http >= 500:
         logger.error("%s failed: %s", protocol, exc, exc_info=status.http == 500)
     ingest.metrics.request(signal, protocol, tenant, str(status.http), watch.elapsed())
@@ -78,7 +87,7 @@ async def write(request: Request) -> Response:
         counts["Exemplars"] = outcome.exemplars
         counts["Histograms"] = outcome.histograms
     except Exception as exc:
-        return refused(request, exc, "metrics", "remote_write", tenant, watch)
+        return refused(request, exc, "metrics", "remote_write", tenant, watch, remote_write_status)
     headers = {}
     if message == promwrite.V2:
         headers = {WRITTEN.format(kind): str(n) for kind, n in counts.items()}
