@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -93,8 +94,6 @@ async def _query_range(svc: LogQLService, tenant: str, params: Params, request: 
 
 
 async def _query(svc: LogQLService, tenant: str, params: Params, request: Request) -> Any:
-    import time
-
     t = p.timestamp(one(params, "time"), time.time_ns(), "time")
     return await svc.query(
         tenant, _required(params, "query"), t, p.limit(one(params, "limit")),
