@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from loadtest import loki as push
-from tests.lokipush.conftest import Loki, get, push_streams
+from tests.lokipush.conftest import Loki, get, push_streams, serve
 
 T0 = (time.time_ns() // 60_000_000_000 - 30) * 60_000_000_000
 MINUTE = 60_000_000_000
@@ -211,3 +211,35 @@ def test_a_catastrophic_pattern_runs_in_linear_time_and_delays_no_one(pushed: Lo
     assert status == 200 and found["data"]["result"] == []
     assert other_status == 200
     assert other_done < 10  # Python's backtracking engine takes minutes on this line
+
+
+def test_a_query_over_a_limit_fails_alone_with_a_message(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # its own server, with a cap of 50 entries read per query (the rows SQL reads: the
+    # pushed streams' service_name, from their app label, and |= narrow them)
+    limited = serve(tmp_path_factory.mktemp("limits"), {"SHOAL_PROMQL_MAX_SAMPLES": "50"})
+    loki = next(limited)
+    try:
+        push_streams(loki, [({"app": "big"}, [(T0 + i, f"line {i}") for i in range(60)])])
+        push_streams(loki, [({"app": "small"}, [(T0 + i, f"line {i}") for i in range(10)])])
+        push_streams(loki, [({"app": "big"}, [(T0 + i, "x") for i in range(5)])], token=loki.other)
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            over = pool.submit(q, loki, "/loki/api/v1/query_range", query='{service_name="big"}')
+            under = pool.submit(q, loki, "/loki/api/v1/query_range", query='{service_name="small"}')
+            other = pool.submit(
+                q, loki, "/loki/api/v1/query_range", loki.other, query='{service_name="big"}'
+            )
+            status, message = over.result(timeout=60)
+            assert status == 400 and "promql_max_samples" in message, message
+            status, found = under.result(timeout=60)
+            assert status == 200 and len(found["data"]["result"][0]["values"]) == 10
+            status, found = other.result(timeout=60)
+            assert status == 200 and len(found["data"]["result"][0]["values"]) == 5
+        # the same query narrowed by a line filter is within the limit
+        status, found = q(
+            loki, "/loki/api/v1/query_range", query='{service_name="big"} |= "line 5"'
+        )
+        assert status == 200 and len(found["data"]["result"][0]["values"]) == 11
+    finally:
+        limited.close()
