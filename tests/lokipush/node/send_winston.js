@@ -8,7 +8,7 @@ const errors = []
 const transport = new LokiTransport({
   host: process.env.LOKI_URL,
   headers: { Authorization: `Bearer ${process.env.LOKI_TOKEN}`, 'X-Scope-OrgID': 'someone-else' },
-  labels: { app: 'winston-shop', env: 'test' },
+  labels: { app: 'winston-shop', env: 'test', body: process.env.LOKI_JSON === '1' ? 'json' : 'protobuf' },
   json: process.env.LOKI_JSON === '1',
   batching: true,
   interval: 0.2,
