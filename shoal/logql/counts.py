@@ -12,7 +12,9 @@ selector with only ``|=``/``!=`` line filters, grouped ``by`` labels (by the ran
 aggregation itself, or by a ``sum`` right around it) that are stream labels, or
 structured metadata of pushed rows (which are their ``attributes``). Anything else, or a
 group label that an OTLP row has only as mapped metadata, is left to the general path
-(:func:`answer` gives None).
+(:func:`answer` gives None). Without line filters and grouped by stream labels, the counts
+come from the log index instead (:mod:`shoal.logql.indexed`) when each of its stream
+minutes lies in one bucket.
 """
 
 from __future__ import annotations
@@ -100,22 +102,37 @@ async def answer(source: LogSource, expr: m.Expr, steps: Steps) -> list[Series] 
         f"body FROM logs WHERE {' AND '.join(where)}) AS rows "
         f"WHERE ts > {base} AND ts <= {last} GROUP BY 1, 2, 3, 4{', ' + keys if keys else ''}"
     )
-    aligned = base % indexed.MINUTE_NS == 0 and width % indexed.MINUTE_NS == 0
-    if aligned and not node.query.stages:
-        # whole minutes: the log index has the counts, no row is read
+    if not node.query.stages:
+        # the log index has the counts when each of its (stream, minute) rows lies in one
+        # bucket: always when the buckets are whole minutes, else when no bucket's edge
+        # falls between a minute's first and last entry; then no row is read
         table = await indexed.minutes(source, base + 1, last)
-        bucket = pc.divide(
-            pc.subtract(pc.multiply(table.column("minute"), indexed.MINUTE_NS), base), width
-        )
-        table = table.append_column("bucket", bucket)
-        grouped_counts = _sums(table, node, labels, buckets, metadata=False)
-        if grouped_counts is not None:
-            return _series(node, steps, step, width, *grouped_counts, source)
+        bucket = _bucket_of_minutes(table, base, width)
+        if bucket is not None:
+            grouped_counts = _sums(
+                table.append_column("bucket", bucket), node, labels, buckets, metadata=False
+            )
+            if grouped_counts is not None:
+                return _series(node, steps, step, width, *grouped_counts, source)
     table = await source.rows(text)
     grouped_counts = _sums(table, node, labels, buckets)
     if grouped_counts is None:
         return None
     return _series(node, steps, step, width, *grouped_counts, source)
+
+
+def _bucket_of_minutes(table: pa.Table, base: int, width: int) -> pa.Array | None:
+    """The bucket of each summary row (its entries lie in ``[first_ns, last_ns]``), as the
+    SQL above numbers them, or None when a bucket's edge cuts some row's entries apart."""
+
+    def bucket(column: str) -> np.ndarray:
+        ns = np.asarray(_column(table, column).to_numpy(zero_copy_only=False), np.int64)
+        return np.asarray((ns - base + width - 1) // width - 1, np.int64)
+
+    first = bucket("first_ns")
+    if not np.array_equal(first, bucket("last_ns")):
+        return None
+    return pa.array(first, pa.int64())
 
 
 def _series(

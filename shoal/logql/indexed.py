@@ -4,8 +4,9 @@ time range, without reading the rows of the files.
 
 What answers from it: the label browser, ``/series``, ``/index/stats``,
 ``/index/volume`` (counted by whole minutes at the range's edges, as Loki's index
-answers are counted by whole chunks), and the counting metric queries whose buckets are
-whole minutes and whose selector has no line filter (exactly).
+answers are counted by whole chunks), and the counting metric queries whose selector has
+no line filter, exactly, when no bucket's edge falls between the first and last entry of
+a stream's minute (always so when the buckets are whole minutes).
 """
 
 from __future__ import annotations
