@@ -15,7 +15,7 @@ PIP    := $(BIN)/python -m pip install --quiet --constraint $(LOCK)
 
 .PHONY: serve test test-fast test-slow test-spark test-all lint typecheck check lock \
         bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-storm bench-pipeline \
-        bench-freshness bench-pg bench-promql bench-browser bench-peers clean
+        bench-freshness bench-pg bench-promql bench-browser bench-logs bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -103,6 +103,10 @@ bench-pg: $(BENCH_STAMP)
 
 bench-pipeline: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_pipeline
+
+## Loki's API over 10M log lines of a day, and Loki push against OTLP (BENCH_LOGS_ARGS to scale)
+bench-logs: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_logs $(BENCH_LOGS_ARGS)
 
 # needs Debian's prometheus (apt-get install prometheus); --series/--hours to scale
 bench-promql: $(BENCH_STAMP)

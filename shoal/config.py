@@ -325,7 +325,8 @@ SETTINGS: tuple[Setting, ...] = (
         "promql_max_samples",
         5_000_000,
         _parse_positive_int,
-        "Most samples one PromQL query reads; beyond it the query fails with a message.",
+        "Most samples one PromQL query, or log entries one LogQL query, reads; beyond it "
+        "the query fails with a message.",
     ),
     Setting(
         "promql_cache_bytes",
@@ -339,6 +340,13 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         str,
         "Resource attributes (comma-separated keys) that PromQL shows as labels of every series.",
+    ),
+    Setting(
+        "loki_tail_buffer_rows",
+        10_000,
+        _parse_positive_int,
+        "Log entries a live tail (/loki/api/v1/tail) holds for a client slower than the "
+        "stream; past it, entries are dropped and listed in the tail's dropped_entries.",
     ),
     # -- maintenance (Spark pipeline)
     Setting(
@@ -435,6 +443,7 @@ class Config:
     promql_max_samples: int
     promql_cache_bytes: int
     promql_promote_resource_attributes: str
+    loki_tail_buffer_rows: int
     retention_days: int
     vacuum_retention_hours: float
     compact_target_file_bytes: int

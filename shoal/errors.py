@@ -175,6 +175,11 @@ class PromQLError(QueryError):
         self.error_type = error_type
 
 
+class LogQLError(QueryError):
+    """A LogQL query or Loki API request that cannot be answered as asked: a syntax error,
+    or a construct shoal does not evaluate (named in the message). HTTP 400."""
+
+
 class PatternError(QueryError):
     """A user's regular expression that cannot be compiled; ``reason`` says why (RE2's
     word: a backreference, look-around, a repetition over 1000, too large)."""

@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import re2
 
 from shoal.errors import PatternError
@@ -68,6 +70,11 @@ class Regex:
         except re2.error as exc:
             raise PatternError(pattern, _reason(exc)) from None
         self._memo: dict[str, bool] = {}
+
+    def group_names(self) -> list[str]:
+        """The pattern's named capture groups, in order."""
+        index: dict[str, int] = dict(self._re.groupindex)
+        return sorted(index, key=index.__getitem__)
 
     def matches(self, text: str) -> bool:
         """Whether ``text`` matches the pattern as a whole."""
@@ -166,3 +173,24 @@ def _group_number(name: str) -> int | None:
     if not name.isascii() or not name.isdigit() or (name[0] == "0" and len(name) > 1):
         return None
     return int(name) if len(name) <= 9 else None
+
+
+def search_column(values: pa.Array, pattern: str, anchored: bool = False) -> pa.Array:
+    """Per value of a string column, whether ``pattern`` is found in it (``anchored``: matches
+    it whole, as a label matcher), column by column in Arrow's RE2 kernel.
+
+    The pattern is compiled by RE2 here first (:func:`compile_pattern`), so that what RE2
+    refuses, or what is over the size limits, is a PatternError before any row is read."""
+    compile_pattern(pattern, standalone=True)
+    text = f"^(?:{pattern})$" if anchored else pattern
+    return pc.match_substring_regex(pc.fill_null(values, ""), text)
+
+
+def extract_column(values: pa.Array, pattern: str) -> pa.StructArray:
+    """The named groups of ``pattern``'s first match in each value (a struct column, null
+    where it does not match), in Arrow's RE2 kernel; ``pattern`` is checked by RE2 first."""
+    compiled = compile_pattern(pattern, standalone=True)
+    if not compiled.group_names():
+        raise PatternError(pattern, "it names no capture group: (?P<name>...)")
+    found: pa.StructArray = pc.extract_regex(pc.fill_null(values, ""), pattern)
+    return found

@@ -248,3 +248,8 @@ SIGNAL_TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (METRICS, LOG
 REMOTE_WRITE_SCOPE = "prometheus.remote_write"
 """The ``scope_name`` of rows that came by Prometheus remote write: the PromQL view keeps
 their metric names and labels as written."""
+
+LOKI_PUSH_SCOPE = "loki.push"
+"""The ``scope_name`` of ``logs`` rows that came by Loki's push API: their
+``resource_attributes`` are the stream's labels and their ``attributes`` its structured
+metadata, which LogQL reads back as they were pushed."""

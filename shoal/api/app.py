@@ -18,12 +18,25 @@ from collections.abc import Callable
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from shoal.api import otlp_http, prom_status, prometheus, remote_read, remote_write, sql, tokens
+from shoal.api import (
+    loki,
+    loki_push,
+    loki_tail,
+    otlp_http,
+    prom_status,
+    prometheus,
+    remote_read,
+    remote_write,
+    sql,
+    tokens,
+)
 from shoal.api.direct import DirectRoutes, post_endpoints
 from shoal.api.status import classify
 from shoal.auth import Authenticator
 from shoal.errors import QueryError, ShoalError, TableNotFoundError
+from shoal.ingest.feed import RowFeed
 from shoal.ingest.handler import IngestHandler
+from shoal.logql.service import LogQLService
 from shoal.promql.service import PromQLService
 from shoal.sql.service import QueryService
 
@@ -43,6 +56,10 @@ class AppServices:
     query_service: QueryService | None = None
     promql: PromQLService | None = None
     """PromQL over the same tables; by default over ``query_service``'s reader."""
+    logql: LogQLService | None = None
+    """LogQL over the same tables; by default over ``query_service``."""
+    feed: RowFeed | None = None
+    """Rows as they are acknowledged, for Loki's live tail."""
 
 
 def _error_status(exc: ShoalError, retry_after_s: float) -> int:
@@ -69,10 +86,18 @@ def create_app(services: AppServices) -> FastAPI:
     if services.promql is None and services.query_service is not None:
         service = services.query_service
         app.state.promql = PromQLService(service.reader, service)
+    app.state.logql = services.logql
+    if services.logql is None and services.query_service is not None:
+        app.state.logql = LogQLService(services.query_service)
+    app.state.ready = services.is_ready
+    app.state.feed = services.feed
     app.include_router(otlp_http.router)
     app.include_router(prometheus.router)
     app.include_router(prom_status.router)
     app.include_router(remote_write.router)
+    app.include_router(loki_push.router)
+    app.include_router(loki.router)
+    app.include_router(loki_tail.router)
     app.include_router(remote_read.router)
     app.include_router(tokens.router)
 
@@ -124,4 +149,6 @@ def create_app(services: AppServices) -> FastAPI:
 def front_door(app: FastAPI) -> DirectRoutes:
     """The ASGI app the HTTP listener runs: the ingest endpoints called straight from
     the listener, every other request handed to ``app`` (shoal/api/direct.py)."""
-    return DirectRoutes(app, post_endpoints(otlp_http.router, remote_write.router))
+    return DirectRoutes(
+        app, post_endpoints(otlp_http.router, remote_write.router, loki_push.router)
+    )

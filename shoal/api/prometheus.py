@@ -70,7 +70,9 @@ def _translate(exc: Exception) -> JSONResponse:
     raise exc
 
 
-async def _params(request: Request) -> Params:
+async def params_of(request: Request) -> Params:
+    """A request's parameters: the query string's, and for a form-encoded POST its body's
+    (which win, as in Prometheus and Loki)."""
     out: Params = {}
     if request.method == "POST":
         media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
@@ -110,7 +112,7 @@ async def serve(request: Request, handler: Handler) -> Response:
         principal = request.app.state.authenticator.check(
             request.headers.get("authorization"), "query"
         )
-        params = await _params(request)
+        params = await params_of(request)
         data = await asyncio.wait_for(
             handler(promql, principal.tenant, params), timeout=promql.timeout_s
         )

@@ -14,11 +14,12 @@ batch answered 429 unless told otherwise: :func:`~shoal.api.status.remote_write_
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from fastapi import APIRouter, Request, Response
 
 from shoal.api.bodies import read_body
-from shoal.api.status import remote_write_status
+from shoal.api.status import ErrorStatus, classify, remote_write_status
 from shoal.auth import Authenticator
 from shoal.errors import UnsupportedMediaTypeError
 from shoal.ingest.decoding import REMOTE_WRITE, DecodeJob
@@ -38,6 +39,29 @@ def _encoding(request: Request) -> None:
         raise UnsupportedMediaTypeError(
             f"unsupported content encoding {encoding!r}: remote write bodies are snappy"
         )
+
+
+def refused(
+    request: Request,
+    exc: Exception,
+    signal: str,
+    protocol: str,
+    tenant: str,
+    watch: Stopwatch,
+    status_of: Callable[[BaseException, float], ErrorStatus] = classify,
+) -> Response:
+    """The plain-text answer to an ingest request that ``exc`` refused (remote write, Loki
+    push): its status (``status_of``'s: the protocol's senders decide which codes they
+    retry), ``Retry-After`` when a retry can succeed, and the request counted."""
+    ingest: IngestHandler = request.app.state.ingest
+    status = status_of(exc, request.app.state.retry_after_s)
+    if status.http >= 500:
+        logger.error("%s failed: %s", protocol, exc, exc_info=status.http == 500)
+    ingest.metrics.request(signal, protocol, tenant, str(status.http), watch.elapsed())
+    headers = {}
+    if status.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, round(status.retry_after_s)))
+    return Response(f"{exc}\n", status.http, headers=headers, media_type="text/plain")
 
 
 @router.post("/api/v1/write", include_in_schema=False)
@@ -63,14 +87,7 @@ async def write(request: Request) -> Response:
         counts["Exemplars"] = outcome.exemplars
         counts["Histograms"] = outcome.histograms
     except Exception as exc:
-        status = remote_write_status(exc, request.app.state.retry_after_s)
-        if status.http >= 500:
-            logger.error("remote write failed: %s", exc, exc_info=status.http == 500)
-        ingest.metrics.request("metrics", "remote_write", tenant, str(status.http), watch.elapsed())
-        headers = {}
-        if status.retry_after_s is not None:
-            headers["Retry-After"] = str(max(1, round(status.retry_after_s)))
-        return Response(f"{exc}\n", status.http, headers=headers, media_type="text/plain")
+        return refused(request, exc, "metrics", "remote_write", tenant, watch, remote_write_status)
     headers = {}
     if message == promwrite.V2:
         headers = {WRITTEN.format(kind): str(n) for kind, n in counts.items()}

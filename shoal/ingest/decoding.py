@@ -19,6 +19,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from shoal import otlp
+from shoal.lokipush import decode as lokipush
 from shoal.promwrite import decode as promwrite
 from shoal.promwrite import snappy
 
@@ -27,13 +28,17 @@ logger = logging.getLogger(__name__)
 OTLP = "otlp"
 OTLP_JSON = "otlp-json"
 REMOTE_WRITE = "remote-write"
+LOKI_PUSH = "loki-push"
+"""Loki's push API, protobuf in snappy's block format."""
+LOKI_PUSH_JSON = "loki-push-json"
+"""Loki's push API, JSON (any gzip undone)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class DecodeJob:
     """How to read a body: ``signal`` (metrics, logs, spans) and ``wire`` (OTLP protobuf,
-    OTLP JSON or remote write); for remote write the proto ``message`` and the most bytes
-    the body may decompress to."""
+    OTLP JSON, remote write, Loki push); for remote write the proto ``message``; for
+    remote write and Loki's protobuf push the most bytes the body may decompress to."""
 
     signal: str
     wire: str = OTLP
@@ -74,6 +79,10 @@ def decode(job: DecodeJob, body: bytes) -> Decoded:
             all_null=result.all_null,
             histograms=written.histograms,
         )
+    if job.wire in (LOKI_PUSH, LOKI_PUSH_JSON):
+        raw = snappy.decompress(body, job.max_bytes) if job.wire == LOKI_PUSH else body
+        result = lokipush.decode(raw, json=job.wire == LOKI_PUSH_JSON)
+        return Decoded(result.table, result.rejected, result.errors, all_null=result.all_null)
     if job.wire not in (OTLP, OTLP_JSON):
         raise ValueError(f"unknown wire format {job.wire!r}")
     result = otlp.decode(job.signal, body, json=job.wire == OTLP_JSON)

@@ -24,6 +24,7 @@ from shoal.errors import NotReadyError, ShuttingDownError, WalFatalError
 from shoal.ingest import records
 from shoal.ingest.ack import Ack, resolve_acks
 from shoal.ingest.decoding import Decoded, Source
+from shoal.ingest.feed import RowFeed
 from shoal.ingest.queue import IngestQueue
 
 logger = logging.getLogger(__name__)
@@ -57,10 +58,13 @@ class Ingestor:
         queue: IngestQueue,
         unflushed: UnflushedSink,
         on_fatal: Callable[[BaseException], None],
+        feed: RowFeed | None = None,
     ) -> None:
         self.queue = queue
         self._unflushed = unflushed
         self._on_fatal = on_fatal
+        self.feed = feed
+        """Who follows the rows live (Loki's tail): handed each durable group's rows."""
         self._wal: Appender | None = None
         self.state = State.STARTING
 
@@ -133,11 +137,13 @@ class Ingestor:
     def on_durable(self, items: Sequence[tuple[int, object]]) -> None:
         """The WAL's callback for a durable group, in LSN order: snapshot, then acks.
 
-        The rows are visible to queries before any request is acknowledged,
-        and the group's acks wake each event loop once.
+        The rows are visible to queries before any request is acknowledged (and handed to
+        the live followers, :attr:`feed`), and the group's acks wake each event loop once.
         """
         tagged = cast(Sequence[tuple[int, DurableTag]], items)
         self._unflushed.add_many(
             [(lsn, (t[0], t[1], t[2])) for lsn, t in tagged], [t[4] for _, t in tagged]
         )
+        if self.feed is not None:
+            self.feed.publish([(t[0], t[1], t[2]) for _, t in tagged])
         resolve_acks((lsn, t[3]) for lsn, t in tagged)

@@ -30,10 +30,10 @@ it::
     u8  version (3)
     u8  tenant length    tenant (UTF-8)
     u8  table length     table (UTF-8)
-    u8  wire length      wire (UTF-8: ``remote-write`` or ``otlp``)
+    u8  wire length      wire (UTF-8: ``remote-write``, ``otlp`` or ``loki-push``)
     u8  message length   message (UTF-8: remote write's protobuf message, or empty)
-    body                 as the decoder took it (remote write snappy-compressed, OTLP
-                         with any gzip undone)
+    body                 as the decoder took it (remote write and Loki push
+                         snappy-compressed, OTLP with any gzip undone)
 
 Senders repeat each series' labels or attributes in every request, and the rows
 repeat them again per sample, in several map columns: the rows' IPC stream is
@@ -55,7 +55,7 @@ import numpy as np
 import pyarrow as pa
 
 from shoal.errors import ShoalError, WalError
-from shoal.ingest.decoding import OTLP, REMOTE_WRITE, DecodeJob
+from shoal.ingest.decoding import LOKI_PUSH, OTLP, REMOTE_WRITE, DecodeJob
 from shoal.ingest.decoding import decode as decode_request
 from shoal.schema import SIGNAL_TABLES
 
@@ -63,9 +63,9 @@ RTYPE_ROWS = 1
 _VERSION = 1
 _VERSION_SPARSE = 2
 _VERSION_REQUEST = 3
-LOGGED_AS_REQUESTS = frozenset({REMOTE_WRITE, OTLP})
-"""The wire formats whose requests are logged as they came (version 3): OTLP/JSON is
-logged as rows (its body is larger, and slower to read back)."""
+LOGGED_AS_REQUESTS = frozenset({REMOTE_WRITE, OTLP, LOKI_PUSH})
+"""The wire formats whose requests are logged as they came (version 3): OTLP/JSON and
+Loki's JSON push are logged as rows (their bodies are larger, and slower to read back)."""
 _REPLAY_MAX_BYTES = 1 << 62
 """Decompression bound when a logged request is read back: it was accepted once, under
 the limit of its day, and must be read back whatever the limit is now."""

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from shoal.pipeline import encoded
 from shoal.schema import TableSpec
-from shoal.storage import layout
+from shoal.storage import layout, logindex
 from shoal.storage.commit import PreparedFile
 from shoal.storage.durable import fsync_dir, fsync_file
 from shoal.storage.files import TableFiles, conform
@@ -157,6 +157,9 @@ class _HourFile:
             files.write_coverage(
                 [PreparedFile(self.relpath, size, stats, files.compute_coverage(kept))]
             )
+        if self.target.spec.name == "logs":  # the log index of the file, as the flush writes it
+            rows = pq.read_table(self.abspath, columns=list(logindex.COLUMNS))
+            logindex.write(Path(self.target.table_dir), self.relpath, rows)
         return {
             "path": self.relpath,
             "hour": self.hour,

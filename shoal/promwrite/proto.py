@@ -11,43 +11,11 @@ holds any (shoal/promwrite/histograms.py).
 
 from __future__ import annotations
 
-from typing import Any
-
 from google.protobuf import descriptor_pb2
 
-from shoal.rows.protoarrow import ProtoArrow
+from shoal.rows.protoarrow import FIELD, ProtoArrow, file_descriptor
 
-FIELD = _F = descriptor_pb2.FieldDescriptorProto
-"""A field's descriptor type (``FIELD.TYPE_INT64``...)."""
-
-
-def _field(
-    message: descriptor_pb2.DescriptorProto,
-    name: str,
-    number: int,
-    kind: int,
-    repeated: bool = False,
-    type_name: str = "",
-) -> None:
-    field = message.field.add(name=name, number=number, type=kind)
-    field.label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
-    if type_name:
-        field.type_name = type_name
-
-
-def file_descriptor(
-    package: str, build: dict[str, list[tuple[Any, ...]]]
-) -> descriptor_pb2.FileDescriptorProto:
-    proto = descriptor_pb2.FileDescriptorProto(
-        name=f"shoal/{package.replace('.', '/')}.proto", package=package, syntax="proto3"
-    )
-    for message_name, fields in build.items():
-        message = proto.message_type.add(name=message_name)
-        for spec in fields:
-            _field(message, *spec)
-    return proto
-
-
+_F = FIELD
 V1_FILE = file_descriptor(
     "prometheus",
     {

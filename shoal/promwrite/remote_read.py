@@ -33,8 +33,9 @@ from google.protobuf import descriptor_pool, message, message_factory
 
 from shoal.errors import DecodeError
 from shoal.promwrite import xorchunk
-from shoal.promwrite.proto import FIELD as _F
-from shoal.promwrite.proto import file_descriptor, varint
+from shoal.promwrite.proto import varint
+from shoal.rows.protoarrow import FIELD as _F
+from shoal.rows.protoarrow import file_descriptor
 
 SAMPLES = 0
 STREAMED_XOR_CHUNKS = 1

@@ -7,8 +7,41 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
+from google.protobuf import descriptor_pb2
 
 from shoal.errors import DecodeError
+
+FIELD = descriptor_pb2.FieldDescriptorProto
+"""A field's descriptor type (``FIELD.TYPE_INT64``...)."""
+
+
+def _field(
+    message: descriptor_pb2.DescriptorProto,
+    name: str,
+    number: int,
+    kind: int,
+    repeated: bool = False,
+    type_name: str = "",
+) -> None:
+    field = message.field.add(name=name, number=number, type=kind)
+    field.label = FIELD.LABEL_REPEATED if repeated else FIELD.LABEL_OPTIONAL
+    if type_name:
+        field.type_name = type_name
+
+
+def file_descriptor(
+    package: str, build: dict[str, list[tuple[Any, ...]]]
+) -> descriptor_pb2.FileDescriptorProto:
+    """A proto3 file of ``package`` with the messages of ``build``: message name -> fields,
+    each ``(name, number, type, repeated=False, type_name="")``."""
+    proto = descriptor_pb2.FileDescriptorProto(
+        name=f"shoal/{package.replace('.', '/')}.proto", package=package, syntax="proto3"
+    )
+    for message_name, fields in build.items():
+        message = proto.message_type.add(name=message_name)
+        for spec in fields:
+            _field(message, *spec)
+    return proto
 
 
 class ProtoArrow:

@@ -7,7 +7,10 @@ for as long as it likes. Here each request must arrive whole, header and body, w
 ``http_read_timeout_s`` of its first byte (of the connection, for the first request);
 otherwise the server answers 408 if it has not answered yet, and closes the connection.
 A request whose body has arrived is not timed any further: a slow query or a slow
-reader of a streamed answer is the query limits' business.
+reader of a streamed answer is the query limits' business. A WebSocket upgrade (Loki's
+live tail) is a GET without a body: its message is complete, and the deadline disarmed,
+before uvicorn hands the connection to its WebSocket protocol
+(tests/logql/test_tail.py keeps a tail open past the deadline).
 """
 
 from __future__ import annotations

@@ -37,11 +37,13 @@ from shoal.auth import Authenticator, TokenStore
 from shoal.config import Config
 from shoal.errors import ConfigError
 from shoal.ingest.decoding import DecodeRunner, ThreadDecoder
+from shoal.ingest.feed import RowFeed
 from shoal.ingest.handler import IngestHandler
 from shoal.ingest.ingestor import Ingestor
 from shoal.ingest.processes import ProcessDecoder
 from shoal.ingest.queue import IngestQueue
 from shoal.ingest.replay import replay
+from shoal.logql.service import LogQLService
 from shoal.pgwire.server import PgServer
 from shoal.promql import mapping
 from shoal.promql.service import PromQLService
@@ -123,7 +125,8 @@ class ServerRuntime:
             TokenStore(self.data_dir),
             allow_anonymous=is_loopback(config.bind) or bool(config.insecure),
         )
-        self.ingestor = Ingestor(self.queue, self.unflushed, on_fatal=self._fatal)
+        self.feed = RowFeed()
+        self.ingestor = Ingestor(self.queue, self.unflushed, on_fatal=self._fatal, feed=self.feed)
         self.decoder: DecodeRunner = ThreadDecoder(self.executor)
         self.ingest = IngestHandler(self.ingestor, self.decoder, self.metrics)
         self.metrics.bind_queue(lambda: self.queue.depth, lambda: self.queue.bytes)
@@ -289,6 +292,7 @@ class ServerRuntime:
                 metrics_exposition=self.metrics.exposition,
                 max_body_bytes=self.config.max_body_bytes,
                 retry_after_s=float(self.config.retry_after_s),
+                feed=self.feed,
             )
         )
         uv = _QuietServer(
@@ -359,6 +363,8 @@ class ServerRuntime:
                 self.query_service,
                 mapping.promoted(self.config.promql_promote_resource_attributes),
             )
+            app.state.logql = LogQLService(self.query_service)
+            app.state.tail_buffer_rows = int(self.config.loki_tail_buffer_rows)
             app.state.settings = self.config
             app.state.wal_damaged_segments = len(wal.recovery_report.damaged)
             await self._start_pg()

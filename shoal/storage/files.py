@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from shoal.errors import SchemaMismatchError, StorageError
 from shoal.schema import TableSpec
 from shoal.storage import coverage as cov
-from shoal.storage import faults, layout, series
+from shoal.storage import faults, layout, logindex, series
 from shoal.storage.commit import NewFile, PreparedFile
 from shoal.storage.durable import fsync_dir, fsync_file, make_dirs_durable
 from shoal.storage.spec import schema_differences
@@ -126,6 +126,8 @@ class TableFiles:
         """A file's series summary (written beside it), statistics and coverage."""
         if self.spec.index_columns:
             series.write_summary(self.root, self.spec, rel, piece)
+        if self.spec.name == "logs":
+            logindex.write(self.root, rel, piece)
         return layout.compute_stats(piece, self.spec), self.compute_coverage(piece)
 
     def adopt(
@@ -197,5 +199,10 @@ class TableFiles:
         discard(
             self.root / rel
             for add in adds
-            for rel in (add.path, layout.coverage_path(add.path), layout.series_path(add.path))
+            for rel in (
+                add.path,
+                layout.coverage_path(add.path),
+                layout.series_path(add.path),
+                logindex.index_path(add.path),
+            )
         )

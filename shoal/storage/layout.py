@@ -76,6 +76,11 @@ def hour_file_path(hour: int) -> str:
     return f"{hour_dir(hour)}/{new_file_name()}"
 
 
+def flat_name(data_path: str) -> str:
+    """A data file's relative path as one file name (for the summaries kept beside it)."""
+    return _flat(data_path)
+
+
 def _flat(data_path: str) -> str:
     flat = data_path.replace("/", "__")
     return flat[: -len(".parquet")] if flat.endswith(".parquet") else flat

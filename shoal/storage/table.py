@@ -25,7 +25,7 @@ import pyarrow as pa
 from shoal.errors import StorageError
 from shoal.schema import TableSpec
 from shoal.storage import coverage as cov
-from shoal.storage import faults, layout
+from shoal.storage import faults, layout, logindex
 from shoal.storage import series as series_index
 from shoal.storage.commit import Commit, Txn
 from shoal.storage.coverage_index import CoverageIndex
@@ -225,8 +225,9 @@ class Table:
         active = {series_index.CHECKPOINT}
         active.update(layout.coverage_path(rel) for rel in rels)
         active.update(layout.series_path(rel) for rel in rels)
+        active.update(logindex.index_path(rel) for rel in rels)
         cutoff = time.time() - retention_hours * 3600
-        for sidecars in (layout.COVERAGE_DIR, layout.SERIES_DIR):
+        for sidecars in (layout.COVERAGE_DIR, layout.SERIES_DIR, logindex.INDEX_DIR):
             if not (self.path / sidecars).is_dir():
                 continue
             for entry in os.scandir(self.path / sidecars):

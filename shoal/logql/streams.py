@@ -1,0 +1,132 @@
+"""The tenant's streams in a time range, without reading their entries one by one: one
+SQL aggregation over the ``logs`` table grouped by what makes a stream (the resource's
+attributes, or a push's labels), mapped to Loki's stream labels. What the label browser,
+``/series``, ``/index/stats`` and ``/index/volume`` answer from."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shoal.logql import indexed, mapping
+from shoal.logql import model as m
+from shoal.logql.source import LogSource, _iso, pushed_filters
+from shoal.regex import compile_pattern
+from shoal.schema import LOKI_PUSH_SCOPE
+from shoal.storage import logindex
+
+
+@dataclasses.dataclass(frozen=True)
+class Stream:
+    labels: dict[str, str]
+    entries: int
+    bytes: int
+    first_ns: int
+    last_ns: int
+
+
+def matches(labels: dict[str, str], matchers: Sequence[m.Matcher]) -> bool:
+    """Whether a stream's labels satisfy a selector (an absent label reads as ``""``)."""
+    for matcher in matchers:
+        value = labels.get(matcher.name, "")
+        if matcher.op in ("=", "!="):
+            hit = value == matcher.value
+        else:
+            hit = compile_pattern(matcher.value).matches(value)
+        if hit == (matcher.op in ("!=", "!~")):
+            return False
+    return True
+
+
+async def streams(
+    source: LogSource,
+    start_ns: int,
+    end_ns: int,
+    selectors: Sequence[m.LogQuery] = (),
+    line_filters: bool = True,
+) -> list[Stream]:
+    """The streams with entries in ``[start_ns, end_ns]`` that any of ``selectors`` selects
+    (all without one), with their entry counts, bytes and times. ``line_filters``: also
+    apply the selectors' leading ``|=`` filters (as ``/index/stats`` does)."""
+    where = [f"timestamp >= '{_iso(start_ns // 1000)}'", f"timestamp <= '{_iso(end_ns // 1000)}'"]
+    pushed = pushed_filters(selectors[0]) if len(selectors) == 1 else []
+    if line_filters and any(p.startswith("(strpos") for p in pushed):
+        where += pushed
+        text = (
+            "SELECT service_name, scope_name, resource_attributes, count(*) AS entries, "
+            "sum(octet_length(body)) AS bytes, min(ts) AS first_ns, max(ts) AS last_ns FROM "
+            f"(SELECT {mapping.TS_SQL}, service_name, scope_name, resource_attributes, body "
+            f"FROM logs WHERE {' AND '.join(where)}) AS rows "
+            f"WHERE ts >= {start_ns} AND ts <= {end_ns} GROUP BY 1, 2, 3"
+        )
+        table = await source.rows(text)
+    else:  # no line filter: the log index's minutes, no row read
+        table = per_stream(await indexed.minutes(source, start_ns, end_ns))
+    merged: dict[tuple[tuple[str, str], ...], list[int]] = {}
+    for row in table.to_pylist():
+        labels = stream_labels(row)
+        key = tuple(sorted(labels.items()))
+        counts = merged.setdefault(key, [0, 0, 2**63 - 1, -(2**63)])
+        counts[0] += int(row["entries"])
+        counts[1] += int(row["bytes"] or 0)
+        counts[2] = min(counts[2], int(row["first_ns"]))
+        counts[3] = max(counts[3], int(row["last_ns"]))
+    out = []
+    for key, (entries, size, first, last) in merged.items():
+        labels = dict(key)
+        if selectors and not any(matches(labels, s.matchers) for s in selectors):
+            continue
+        out.append(Stream(labels, entries, size, first, last))
+    return out
+
+
+def per_stream(minutes: pa.Table, by: tuple[str, ...] = ()) -> pa.Table:
+    """The log index's minutes summed per stream (and per value of the columns ``by``)."""
+    if not minutes.num_rows:
+        return minutes
+    resources = minutes.column("resource_attributes").combine_chunks()
+    keys = pc.binary_join_element_wise(
+        pc.fill_null(minutes.column("scope_name"), "\x00"),
+        pc.fill_null(minutes.column("service_name"), "\x00"),
+        logindex.map_key(resources),
+        "\x1d",
+    )
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    codes = keys.dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    _, first = np.unique(codes, return_index=True)
+    summed = pa.table({
+        "stream": codes, "entries": minutes.column("entries"), "bytes": minutes.column("bytes"),
+        "first_ns": minutes.column("first_ns"), "last_ns": minutes.column("last_ns"),
+        **{name: minutes.column(name) for name in by},
+    }).group_by(["stream", *by]).aggregate([
+        ("entries", "sum"), ("bytes", "sum"), ("first_ns", "min"), ("last_ns", "max"),
+    ])  # fmt: skip
+    rows = pa.array(first, pa.int64()).take(summed.column("stream"))
+    return pa.table({
+        "service_name": minutes.column("service_name").take(rows),
+        "scope_name": minutes.column("scope_name").take(rows),
+        "resource_attributes": resources.take(rows),
+        "entries": summed.column("entries_sum"), "bytes": summed.column("bytes_sum"),
+        "first_ns": summed.column("first_ns_min"), "last_ns": summed.column("last_ns_max"),
+        **{name: summed.column(name) for name in by},
+    })  # fmt: skip
+
+
+def stream_labels(row: dict[str, Any]) -> dict[str, str]:
+    """A stream's labels from a row's ``service_name``, ``scope_name`` and
+    ``resource_attributes``: a push's as pushed, an OTLP resource's as Loki maps it."""
+    resource = row["resource_attributes"] or []
+    if row["scope_name"] == LOKI_PUSH_SCOPE:
+        return dict(resource)
+    labels, _ = mapping.otlp_stream(resource, row["service_name"])
+    return labels
+
+
+def unique(values: pa.Array) -> list[str]:
+    return sorted(v for v in pc.unique(values).to_pylist() if v)
