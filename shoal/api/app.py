@@ -17,7 +17,16 @@ from collections.abc import Callable
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from shoal.api import otlp_http, prom_status, prometheus, remote_read, remote_write, sql, tokens
+from shoal.api import (
+    otlp_http,
+    prom_status,
+    prometheus,
+    remote_read,
+    remote_write,
+    sql,
+    tempo,
+    tokens,
+)
 from shoal.api.direct import DirectRoutes, post_endpoints
 from shoal.api.status import classify
 from shoal.auth import Authenticator
@@ -25,6 +34,7 @@ from shoal.errors import QueryError, ShoalError, TableNotFoundError
 from shoal.ingest.handler import IngestHandler
 from shoal.promql.service import PromQLService
 from shoal.sql.service import QueryService
+from shoal.traceql.service import TraceQLService
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +52,8 @@ class AppServices:
     query_service: QueryService | None = None
     promql: PromQLService | None = None
     """PromQL over the same tables; by default over ``query_service``'s reader."""
+    traceql: TraceQLService | None = None
+    """Tempo's API over the same tables; by default over ``query_service``'s reader."""
 
 
 def _error_status(exc: ShoalError, retry_after_s: float) -> int:
@@ -68,12 +80,17 @@ def create_app(services: AppServices) -> FastAPI:
     if services.promql is None and services.query_service is not None:
         service = services.query_service
         app.state.promql = PromQLService(service.reader, service)
+    app.state.traceql = services.traceql
+    if services.traceql is None and services.query_service is not None:
+        service = services.query_service
+        app.state.traceql = TraceQLService(service.reader, service)
     app.include_router(otlp_http.router)
     app.include_router(prometheus.router)
     app.include_router(prom_status.router)
     app.include_router(remote_write.router)
     app.include_router(remote_read.router)
     app.include_router(tokens.router)
+    app.include_router(tempo.router)
 
     @app.exception_handler(ShoalError)
     async def shoal_error(request: Request, exc: Exception) -> Response:

@@ -54,6 +54,7 @@ from shoal.storage.flusher import Flusher
 from shoal.storage.reader import TenantReader
 from shoal.storage.store import TableStore
 from shoal.storage.unflushed import UnflushedRows
+from shoal.traceql.service import TraceQLService
 from shoal.wal import Wal
 
 logger = logging.getLogger(__name__)
@@ -359,6 +360,7 @@ class ServerRuntime:
                 self.query_service,
                 mapping.promoted(self.config.promql_promote_resource_attributes),
             )
+            app.state.traceql = TraceQLService(reader, self.query_service)
             app.state.settings = self.config
             app.state.wal_damaged_segments = len(wal.recovery_report.damaged)
             await self._start_pg()

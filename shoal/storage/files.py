@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from shoal.errors import SchemaMismatchError, StorageError
 from shoal.schema import TableSpec
 from shoal.storage import coverage as cov
-from shoal.storage import faults, layout, series
+from shoal.storage import faults, layout, lookup, series
 from shoal.storage.commit import NewFile, PreparedFile
 from shoal.storage.durable import fsync_dir, fsync_file, make_dirs_durable
 from shoal.storage.spec import schema_differences
@@ -123,9 +123,12 @@ class TableFiles:
         return prepared
 
     def _describe(self, rel: str, piece: pa.Table) -> tuple[layout.FileStats, cov.Coverage]:
-        """A file's series summary (written beside it), statistics and coverage."""
+        """A file's series summary and lookup filter (written beside it), statistics and
+        coverage."""
         if self.spec.index_columns:
             series.write_summary(self.root, self.spec, rel, piece)
+        if self.spec.lookup_column:
+            lookup.write_filter(self.root, self.spec, rel, piece)
         return layout.compute_stats(piece, self.spec), self.compute_coverage(piece)
 
     def adopt(
@@ -197,5 +200,10 @@ class TableFiles:
         discard(
             self.root / rel
             for add in adds
-            for rel in (add.path, layout.coverage_path(add.path), layout.series_path(add.path))
+            for rel in (
+                add.path,
+                layout.coverage_path(add.path),
+                layout.series_path(add.path),
+                layout.lookup_path(add.path),
+            )
         )

@@ -1,0 +1,150 @@
+"""Tempo's HTTP API at Tempo's own paths (TraceQL over the spans table), for Grafana's
+built-in Tempo data source.
+
+Routes translate HTTP only: parameters from the query string, the token's tenant, the
+``Accept`` header's encoding; everything else is :mod:`shoal.traceql`. Errors are
+answered as Tempo's query frontend answers them: a plain-text body with 400 for a bad
+request, 404 for an unknown trace, 401/403 for the token, 503 past a limit of time or
+concurrency, 422 past another limit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import msgspec
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import PlainTextResponse
+
+from shoal import __version__
+from shoal.errors import AuthError, PermissionDeniedError, QueryError, QueryLimitError, TraceQLError
+from shoal.otlp import tempo
+from shoal.traceql.service import TraceQLService
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter()
+
+TEMPO_VERSION = "2.9.0"
+"""The Tempo release whose API shoal answers as (buildinfo reports it; Grafana turns its
+features on by this version)."""
+
+
+def _text(message: str, status: int) -> Response:
+    return PlainTextResponse(message + "\n", status_code=status)
+
+
+def _translate(exc: Exception) -> Response:
+    if isinstance(exc, PermissionDeniedError):
+        return _text(str(exc), 403)
+    if isinstance(exc, AuthError):
+        return _text(str(exc), 401)
+    if isinstance(exc, TraceQLError):
+        return _text(str(exc), 404 if exc.not_found else 400)
+    if isinstance(exc, QueryLimitError):
+        return _text(str(exc), 503 if exc.limit in ("time", "concurrency") else 422)
+    if isinstance(exc, QueryError):
+        return _text(str(exc), 400)
+    raise exc
+
+
+def _tenant(request: Request) -> str:
+    principal = request.app.state.authenticator.check(request.headers.get("authorization"), "query")
+    return str(principal.tenant)
+
+
+def _seconds(request: Request, name: str) -> int | None:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise TraceQLError(f"invalid {name}: {text!r} is not unix seconds") from None
+    if value < 0:
+        raise TraceQLError(f"invalid {name}: {value} is before 1970")
+    return value
+
+
+def _range(request: Request) -> tuple[int | None, int | None]:
+    start, end = _seconds(request, "start"), _seconds(request, "end")
+    if start is not None and end is not None and end < start:
+        raise TraceQLError("invalid start and end: end is before start")
+    return start, end
+
+
+def _protobuf(request: Request) -> bool:
+    return tempo.PROTOBUF in request.headers.get("accept", "")
+
+
+def _json(data: object) -> Response:
+    return Response(msgspec.json.encode(data), media_type=tempo.JSON)
+
+
+async def _serve(
+    request: Request, answer: Callable[[TraceQLService, str], Awaitable[Response]]
+) -> Response:
+    service: TraceQLService = request.app.state.traceql
+    try:
+        tenant = _tenant(request)
+        return await answer(service, tenant)
+    except TimeoutError:
+        return _text(f"query timed out (query_timeout_s = {service.timeout_s:g} s)", 503)
+    except (QueryError, AuthError) as exc:
+        return _translate(exc)
+
+
+async def _trace(request: Request, trace_id: str, version: int) -> Response:
+    async def answer(service: TraceQLService, tenant: str) -> Response:
+        start, end = _range(request)
+        found = await service.trace(tenant, trace_id, start, end)
+        if _protobuf(request):
+            body = (
+                tempo.v1_protobuf(found.trace)
+                if version == 1
+                else tempo.v2_protobuf(found.trace, found.inspected_bytes)
+            )
+            return Response(body, media_type=tempo.PROTOBUF)
+        if version == 1:
+            return _json(tempo.v1_json(found.trace))
+        return _json(tempo.v2_json(found.trace, found.inspected_bytes))
+
+    return await _serve(request, answer)
+
+
+@router.get("/api/traces/{trace_id}", include_in_schema=False)
+async def trace_v1(request: Request, trace_id: str) -> Response:
+    return await _trace(request, trace_id, 1)
+
+
+@router.get("/api/v2/traces/{trace_id}", include_in_schema=False)
+async def trace_v2(request: Request, trace_id: str) -> Response:
+    return await _trace(request, trace_id, 2)
+
+
+@router.get("/api/echo", include_in_schema=False)
+async def echo(request: Request) -> Response:
+    try:
+        _tenant(request)
+    except AuthError as exc:
+        return _translate(exc)
+    return _text("echo", 200)
+
+
+@router.get("/api/status/buildinfo", include_in_schema=False)
+async def buildinfo(request: Request) -> Response:
+    try:
+        _tenant(request)
+    except AuthError as exc:
+        return _translate(exc)
+    return _json(
+        {
+            "version": TEMPO_VERSION,
+            "revision": f"shoal-{__version__}",
+            "branch": "shoal",
+            "buildUser": "shoal",
+            "buildDate": "",
+            "goVersion": "",
+        }
+    )
