@@ -11,6 +11,8 @@ concurrency, 422 past another limit.
 from __future__ import annotations
 
 import logging
+import re
+import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -20,7 +22,8 @@ from fastapi.responses import PlainTextResponse
 from shoal import __version__
 from shoal.errors import AuthError, PermissionDeniedError, QueryError, QueryLimitError, TraceQLError
 from shoal.otlp import tempo
-from shoal.traceql.service import TraceQLService
+from shoal.traceql.parser import duration_ns
+from shoal.traceql.service import DEFAULT_LIMIT, DEFAULT_SPSS, SearchRequest, TraceQLService
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +124,57 @@ async def trace_v1(request: Request, trace_id: str) -> Response:
 @router.get("/api/v2/traces/{trace_id}", include_in_schema=False)
 async def trace_v2(request: Request, trace_id: str) -> Response:
     return await _trace(request, trace_id, 2)
+
+
+def _count(request: Request, name: str, default: int) -> int:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise TraceQLError(f"invalid {name}: {text!r} is not a whole number") from None
+    if value <= 0:
+        raise TraceQLError(f"invalid {name}: {value} must be positive")
+    return value
+
+
+def _duration(request: Request, name: str) -> int | None:
+    text = (request.query_params.get(name) or "").strip()
+    if not text:
+        return None
+    if not re.fullmatch(r"([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+", text):
+        raise TraceQLError(f"invalid {name}: {text!r} is not a duration such as 100ms or 1m30s")
+    return duration_ns(text)
+
+
+def search_request(request: Request) -> SearchRequest:
+    """A search's parameters, as Tempo's ``ParseSearchRequest`` reads them; without
+    ``start`` and ``end`` the last hour."""
+    start, end = _range(request)
+    now = int(time.time())
+    if end is None:
+        end = now if start is None else max(start, now)
+    if start is None:
+        start = end - 3600
+    return SearchRequest(
+        start_ns=start * 1_000_000_000,
+        end_ns=(end + 1) * 1_000_000_000,
+        query=request.query_params.get("q") or "",
+        tags=request.query_params.get("tags") or "",
+        min_duration_ns=_duration(request, "minDuration"),
+        max_duration_ns=_duration(request, "maxDuration"),
+        limit=_count(request, "limit", DEFAULT_LIMIT),
+        spss=_count(request, "spss", DEFAULT_SPSS),
+    )
+
+
+@router.get("/api/search", include_in_schema=False)
+async def search(request: Request) -> Response:
+    async def answer(service: TraceQLService, tenant: str) -> Response:
+        return _json(await service.search(tenant, search_request(request)))
+
+    return await _serve(request, answer)
 
 
 @router.get("/api/echo", include_in_schema=False)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import string
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,10 +26,15 @@ from shoal.errors import TraceQLError
 from shoal.otlp import traces_out
 from shoal.sql.service import QueryService
 from shoal.storage.reader import TenantReader
+from shoal.traceql import answers, parser, plan, source, spansets
+from shoal.traceql.frame import Frame
 
 T = TypeVar("T")
 
 _HEX = frozenset(string.hexdigits)
+DEFAULT_MAX_SPANS = 3_000_000
+DEFAULT_LIMIT = 20
+DEFAULT_SPSS = 3
 
 
 def parse_trace_id(text: str) -> str:
@@ -53,9 +59,13 @@ class FoundTrace:
 class TraceQLService:
     """Tempo's API over every tenant's ``spans`` table. Safe to share across tasks."""
 
-    def __init__(self, reader: TenantReader, sql: QueryService) -> None:
+    def __init__(
+        self, reader: TenantReader, sql: QueryService, max_spans: int = DEFAULT_MAX_SPANS
+    ) -> None:
         self.reader = reader
         self.sql = sql
+        self.max_spans = max_spans
+        """The most spans one search reads (``traceql_max_spans``)."""
 
     @property
     def timeout_s(self) -> float:
@@ -91,6 +101,73 @@ class TraceQLService:
             raise TraceQLError(f"trace not found: {wanted}", not_found=True)
         return FoundTrace(traces_out.encode(_in_order(rows)), inspected)
 
+    async def search(self, tenant: str, request: SearchRequest) -> dict[str, Any]:
+        """``/api/search``: the traces ``request`` finds, as Tempo answers them."""
+        node = request.plan()
+
+        async def run() -> dict[str, Any]:
+            table = await source.read(
+                self.sql, tenant, node, request.start_ns, request.end_ns, self.max_spans
+            )
+
+            def evaluate() -> dict[str, Any]:
+                frame = Frame(table)
+                sets = spansets.evaluate(frame, node)
+                return answers.search_answer(
+                    frame, node, sets, request.limit, request.spss, table.nbytes
+                )
+
+            return await self._blocking(evaluate)
+
+        return await asyncio.wait_for(run(), self.timeout_s)
+
+
+_LOGFMT = re.compile(r'([^\s=]+)=("(?:[^"\\]|\\.)*"|\S*)')
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchRequest:
+    """A search's parameters: TraceQL ``q``, or the older ``tags`` (logfmt, each value a
+    case-insensitive substring) with ``min_duration_ns``/``max_duration_ns`` of the trace;
+    the window ``[start_ns, end_ns)``; ``limit`` traces and ``spss`` spans per spanset."""
+
+    start_ns: int
+    end_ns: int
+    query: str = ""
+    tags: str = ""
+    min_duration_ns: int | None = None
+    max_duration_ns: int | None = None
+    limit: int = DEFAULT_LIMIT
+    spss: int = DEFAULT_SPSS
+
+    def plan(self) -> plan.Spanset:
+        if self.query.strip() or not (self.tags or self.min_duration_ns or self.max_duration_ns):
+            return parser.parse(self.query)
+        return tags_plan(self.tags, self.min_duration_ns, self.max_duration_ns)
+
+
+def tags_plan(tags: str, min_ns: int | None, max_ns: int | None) -> plan.Spanset:
+    """The older tag search as a spanset filter."""
+    conditions: list[plan.Field] = []
+    for key, raw in _LOGFMT.findall(tags):
+        value = parser._unquote(raw) if raw.startswith('"') else raw
+        pattern = "(?i).*" + re.escape(value) + ".*"
+        field: plan.Field = (
+            plan.Intrinsic("span:name") if key == "name" else plan.Attribute(None, key)
+        )
+        conditions.append(plan.Compare("=~", field, plan.Literal("string", pattern)))
+    if tags.strip() and not conditions:
+        raise TraceQLError(f"invalid tags {tags[:80]!r}: expected key=value pairs (logfmt)")
+    duration = plan.Intrinsic("trace:duration")
+    if min_ns is not None:
+        conditions.append(plan.Compare(">=", duration, plan.Literal("duration", min_ns)))
+    if max_ns is not None:
+        conditions.append(plan.Compare("<=", duration, plan.Literal("duration", max_ns)))
+    node: plan.Field | None = None
+    for condition in conditions:
+        node = condition if node is None else plan.Logic("&&", node, condition)
+    return plan.SpansetFilter(node)
+
 
 def _in_order(rows: pa.Table) -> pa.Table:
     """Spans by start time (then span id), whichever file or batch each came from."""
@@ -100,4 +177,4 @@ def _in_order(rows: pa.Table) -> pa.Table:
     return rows.take(order)
 
 
-__all__ = ["FoundTrace", "TraceQLService", "parse_trace_id"]
+__all__ = ["FoundTrace", "SearchRequest", "TraceQLService", "parse_trace_id"]
