@@ -326,6 +326,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Most samples one PromQL query reads; beyond it the query fails with a message.",
     ),
     Setting(
+        "traceql_max_spans",
+        3_000_000,
+        _parse_positive_int,
+        "Most spans one TraceQL search reads; beyond it the search fails with a message "
+        "asking for a shorter time range.",
+    ),
+    Setting(
         "promql_cache_bytes",
         128 * MiB,
         _parse_size,
@@ -431,6 +438,7 @@ class Config:
     query_max_join_pairs: int
     query_max_tenant_share: int
     promql_max_samples: int
+    traceql_max_spans: int
     promql_cache_bytes: int
     promql_promote_resource_attributes: str
     retention_days: int

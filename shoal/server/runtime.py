@@ -360,7 +360,9 @@ class ServerRuntime:
                 self.query_service,
                 mapping.promoted(self.config.promql_promote_resource_attributes),
             )
-            app.state.traceql = TraceQLService(reader, self.query_service)
+            app.state.traceql = TraceQLService(
+                reader, self.query_service, int(self.config.traceql_max_spans)
+            )
             app.state.settings = self.config
             app.state.wal_damaged_segments = len(wal.recovery_report.damaged)
             await self._start_pg()

@@ -114,17 +114,21 @@ def _rows_of(values: Values, kinds: tuple[str, ...]) -> list[tuple[str, Any, BOO
 
 def _regex(op: str, left: Values, right: Values) -> BOOL:
     out = np.zeros(left.n, dtype=np.bool_)
-    if "string" not in left.typed or "string" not in right.typed:
+    if "string" not in right.typed:
+        return out
+    patterns, prows = right.typed["string"]
+    distinct_patterns = pc.unique(patterns).to_pylist() if len(patterns) else []
+    if len(distinct_patterns) > 1:
+        raise TraceQLError(f"{op} takes one pattern, a string literal")
+    if not distinct_patterns:
+        return out
+    regex = compile_pattern(distinct_patterns[0])  # a bad pattern is refused even if unused
+    if "string" not in left.typed:
         return out
     texts, rows = left.typed["string"]
-    patterns, prows = right.typed["string"]
     both = rows & prows
     if not both.any():
         return out
-    distinct_patterns = pc.unique(pc.filter(patterns, pa.array(both))).to_pylist()
-    if len(distinct_patterns) != 1:
-        raise TraceQLError(f"{op} takes one pattern, a string literal")
-    regex = compile_pattern(distinct_patterns[0])
     encoded = pc.dictionary_encode(texts)
     hits = np.array([regex.matches(v) for v in encoded.dictionary.to_pylist()], dtype=np.bool_)
     indices = np.asarray(encoded.indices.fill_null(0).to_numpy(False), dtype=np.int64)
