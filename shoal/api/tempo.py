@@ -23,7 +23,13 @@ from shoal import __version__
 from shoal.errors import AuthError, PermissionDeniedError, QueryError, QueryLimitError, TraceQLError
 from shoal.otlp import tempo
 from shoal.traceql.parser import duration_ns
-from shoal.traceql.service import DEFAULT_LIMIT, DEFAULT_SPSS, SearchRequest, TraceQLService
+from shoal.traceql.service import (
+    DEFAULT_LIMIT,
+    DEFAULT_SPSS,
+    DEFAULT_TAG_LIMIT,
+    SearchRequest,
+    TraceQLService,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +181,71 @@ async def search(request: Request) -> Response:
         return _json(await service.search(tenant, search_request(request)))
 
     return await _serve(request, answer)
+
+
+TAGS_WINDOW_S = 24 * 3600
+"""The window of tag names and values when a request names none (Tempo then answers
+from its recent data)."""
+
+
+def _window(request: Request, default_s: int) -> tuple[int, int]:
+    start, end = _range(request)
+    if end is None:
+        end = int(time.time()) if start is None else max(start, int(time.time()))
+    if start is None:
+        start = end - default_s
+    return start * 1_000_000_000, (end + 1) * 1_000_000_000
+
+
+def _limit(request: Request) -> int:
+    return _count(request, "limit", DEFAULT_TAG_LIMIT)
+
+
+async def _tags(request: Request, v2: bool) -> Response:
+    async def answer(service: TraceQLService, tenant: str) -> Response:
+        start, end = _window(request, TAGS_WINDOW_S)
+        found = await service.tag_names(
+            tenant,
+            start,
+            end,
+            request.query_params.get("scope"),
+            request.query_params.get("q"),
+            _limit(request),
+            v2,
+        )
+        return _json(found)
+
+    return await _serve(request, answer)
+
+
+@router.get("/api/search/tags", include_in_schema=False)
+async def tags_v1(request: Request) -> Response:
+    return await _tags(request, v2=False)
+
+
+@router.get("/api/v2/search/tags", include_in_schema=False)
+async def tags_v2(request: Request) -> Response:
+    return await _tags(request, v2=True)
+
+
+async def _values(request: Request, name: str, v2: bool) -> Response:
+    async def answer(service: TraceQLService, tenant: str) -> Response:
+        start, end = _window(request, TAGS_WINDOW_S)
+        q = request.query_params.get("q")
+        found = await service.tag_values(tenant, name, start, end, q, _limit(request), v2)
+        return _json(found)
+
+    return await _serve(request, answer)
+
+
+@router.get("/api/search/tag/{name:path}/values", include_in_schema=False)
+async def values_v1(request: Request, name: str) -> Response:
+    return await _values(request, name, v2=False)
+
+
+@router.get("/api/v2/search/tag/{name:path}/values", include_in_schema=False)
+async def values_v2(request: Request, name: str) -> Response:
+    return await _values(request, name, v2=True)
 
 
 @router.get("/api/echo", include_in_schema=False)

@@ -26,7 +26,7 @@ from shoal.errors import TraceQLError
 from shoal.otlp import traces_out
 from shoal.sql.service import QueryService
 from shoal.storage.reader import TenantReader
-from shoal.traceql import answers, parser, plan, source, spansets
+from shoal.traceql import answers, parser, plan, source, spansets, tags
 from shoal.traceql.frame import Frame
 
 T = TypeVar("T")
@@ -35,6 +35,9 @@ _HEX = frozenset(string.hexdigits)
 DEFAULT_MAX_SPANS = 3_000_000
 DEFAULT_LIMIT = 20
 DEFAULT_SPSS = 3
+DEFAULT_TAG_LIMIT = 5000
+"""Tag names per scope, or tag values, answered at most (Grafana asks for up to 5,000)."""
+V1_SCOPES = ("resource", "span", "intrinsic")
 
 
 def parse_trace_id(text: str) -> str:
@@ -121,6 +124,59 @@ class TraceQLService:
 
         return await asyncio.wait_for(run(), self.timeout_s)
 
+    async def tag_names(
+        self,
+        tenant: str,
+        start_ns: int,
+        end_ns: int,
+        scope: str | None = None,
+        q: str | None = None,
+        limit: int = DEFAULT_TAG_LIMIT,
+        v2: bool = True,
+    ) -> dict[str, Any]:
+        """``/api/search/tags`` (``v2`` False) and ``/api/v2/search/tags``."""
+        known = tags.SCOPES if v2 else V1_SCOPES
+        if scope in (None, "", "all", "none"):
+            scopes = tuple(known) if v2 else ("resource", "span")
+        elif scope in known:
+            scopes = (scope,)
+        else:
+            raise TraceQLError(f"invalid scope {scope!r}: expected one of {', '.join(known)}")
+        found = await asyncio.wait_for(
+            tags.tag_names(self.sql, tenant, scopes, start_ns, end_ns, q, limit, self.max_spans),
+            self.timeout_s,
+        )
+        if not v2:
+            return {"tagNames": sorted({n for names in found.values() for n in names})[:limit]}
+        listed = [
+            {"name": name, "tags": found[name]}
+            for name in scopes
+            if found.get(name) or name == "intrinsic"
+        ]
+        return {"scopes": listed}
+
+    async def tag_values(
+        self,
+        tenant: str,
+        name: str,
+        start_ns: int,
+        end_ns: int,
+        q: str | None = None,
+        limit: int = DEFAULT_TAG_LIMIT,
+        v2: bool = True,
+    ) -> dict[str, Any]:
+        """``/api/search/tag/<name>/values`` (``v2`` False: ``name`` is an attribute of span
+        or resource, values as text) and ``/api/v2/search/tag/<name>/values`` (``name`` is
+        a TraceQL field, values typed)."""
+        field = tags.parse_tag(name) if v2 else _v1_tag(name)
+        found = await asyncio.wait_for(
+            tags.tag_values(self.sql, tenant, field, start_ns, end_ns, q, limit, self.max_spans),
+            self.timeout_s,
+        )
+        if not v2:
+            return {"tagValues": sorted({value for _, value in found})}
+        return {"tagValues": [{"type": kind, "value": value} for kind, value in found]}
+
 
 _LOGFMT = re.compile(r'([^\s=]+)=("(?:[^"\\]|\\.)*"|\S*)')
 
@@ -146,18 +202,18 @@ class SearchRequest:
         return tags_plan(self.tags, self.min_duration_ns, self.max_duration_ns)
 
 
-def tags_plan(tags: str, min_ns: int | None, max_ns: int | None) -> plan.Spanset:
+def tags_plan(tag_text: str, min_ns: int | None, max_ns: int | None) -> plan.Spanset:
     """The older tag search as a spanset filter."""
     conditions: list[plan.Field] = []
-    for key, raw in _LOGFMT.findall(tags):
+    for key, raw in _LOGFMT.findall(tag_text):
         value = parser._unquote(raw) if raw.startswith('"') else raw
         pattern = "(?i).*" + re.escape(value) + ".*"
         field: plan.Field = (
             plan.Intrinsic("span:name") if key == "name" else plan.Attribute(None, key)
         )
         conditions.append(plan.Compare("=~", field, plan.Literal("string", pattern)))
-    if tags.strip() and not conditions:
-        raise TraceQLError(f"invalid tags {tags[:80]!r}: expected key=value pairs (logfmt)")
+    if tag_text.strip() and not conditions:
+        raise TraceQLError(f"invalid tags {tag_text[:80]!r}: expected key=value pairs (logfmt)")
     duration = plan.Intrinsic("trace:duration")
     if min_ns is not None:
         conditions.append(plan.Compare(">=", duration, plan.Literal("duration", min_ns)))
@@ -167,6 +223,14 @@ def tags_plan(tags: str, min_ns: int | None, max_ns: int | None) -> plan.Spanset
     for condition in conditions:
         node = condition if node is None else plan.Logic("&&", node, condition)
     return plan.SpansetFilter(node)
+
+
+def _v1_tag(name: str) -> plan.Field:
+    if name in ("name", "status", "kind"):
+        return plan.Intrinsic(parser.INTRINSICS[name])
+    if not name or any(c.isspace() for c in name):
+        raise TraceQLError(f"invalid tag name {name!r}")
+    return plan.Attribute(None, name)
 
 
 def _in_order(rows: pa.Table) -> pa.Table:

@@ -42,7 +42,7 @@ INTRINSIC_COLUMNS = {
 }
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -79,20 +79,26 @@ def projection(node: object, extra: tuple[str, ...] = ()) -> list[str]:
                 continue
             seen.add(key)
             values, types = ATTRIBUTE_COLUMNS[scope]
-            select.append(f"{values}[{_quote(attribute.name)}] AS {_ident(key)}")
-            select.append(f"{types}[{_quote(attribute.name)}] AS {_ident(key + '#t')}")
+            select.append(f"{values}[{quote(attribute.name)}] AS {_ident(key)}")
+            select.append(f"{types}[{quote(attribute.name)}] AS {_ident(key + '#t')}")
     return select
+
+
+def sql_window(start_ns: int, end_ns: int) -> tuple[str, str]:
+    """The WHERE conditions of spans that start in ``[start_ns, end_ns)``: the bounds on
+    ``timestamp`` (microseconds, for pruning files and row groups), then the exact cut."""
+    lo = start_ns // 1000
+    hi = -(-end_ns // 1000)
+    return (
+        f"timestamp >= '{_iso(lo * 1000)}' AND timestamp <= '{_iso(hi * 1000)}' ",
+        f"AND start_time_unix_nano >= {start_ns} AND start_time_unix_nano < {end_ns}",
+    )
 
 
 def sql(node: object, start_ns: int, end_ns: int, extra: tuple[str, ...] = ()) -> str:
     """The query reading the spans that start in ``[start_ns, end_ns)``."""
-    lo = start_ns // 1000
-    hi = -(-end_ns // 1000)
-    return (
-        f"SELECT {', '.join(projection(node, extra))} FROM spans "
-        f"WHERE timestamp >= '{_iso(lo * 1000)}' AND timestamp <= '{_iso(hi * 1000)}' "
-        f"AND start_time_unix_nano >= {start_ns} AND start_time_unix_nano < {end_ns}"
-    )
+    lo, hi = sql_window(start_ns, end_ns)
+    return f"SELECT {', '.join(projection(node, extra))} FROM spans WHERE {lo}{hi}"
 
 
 async def read(
