@@ -35,6 +35,7 @@ from shoal.ingest.handler import IngestHandler
 from shoal.promql.service import PromQLService
 from shoal.sql.service import QueryService
 from shoal.traceql.service import TraceQLService
+from shoal.traceql.servicegraph import ServiceGraph
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,9 @@ def create_app(services: AppServices) -> FastAPI:
     app.state.promql = services.promql
     if services.promql is None and services.query_service is not None:
         service = services.query_service
-        app.state.promql = PromQLService(service.reader, service)
+        app.state.promql = PromQLService(
+            service.reader, service, derived=ServiceGraph(service.reader)
+        )
     app.state.traceql = services.traceql
     if services.traceql is None and services.query_service is not None:
         service = services.query_service

@@ -55,6 +55,7 @@ from shoal.storage.reader import TenantReader
 from shoal.storage.store import TableStore
 from shoal.storage.unflushed import UnflushedRows
 from shoal.traceql.service import TraceQLService
+from shoal.traceql.servicegraph import ServiceGraph
 from shoal.wal import Wal
 
 logger = logging.getLogger(__name__)
@@ -359,6 +360,7 @@ class ServerRuntime:
                 reader,
                 self.query_service,
                 mapping.promoted(self.config.promql_promote_resource_attributes),
+                ServiceGraph(reader),
             )
             app.state.traceql = TraceQLService(
                 reader, self.query_service, int(self.config.traceql_max_spans)
