@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from shoal.sql.service import QueryService
-
 from tests.sql.api_app import SyncClient
 from tests.sql.helpers import Harness
 

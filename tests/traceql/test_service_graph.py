@@ -14,7 +14,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from shoal.auth import TokenStore
 from shoal.sql.service import QueryService
 from shoal.traceql.servicegraph import ServiceGraph, grid_step
-
 from tests.sql.api_app import SyncClient
 from tests.sql.helpers import Harness
 
