@@ -59,17 +59,21 @@ def _kv(key: str, value: object) -> KeyValue:
 
 
 class Generator:
-    """Traces of a gateway request: the gateway's server span, then calls to services
-    (3-5 of them: a client span and the service's server span each), each of which queries a database
-    (1-3 client spans) and sometimes publishes to a queue (producer and consumer)."""
+    """Traces of a gateway request: the gateway's server span, then calls to 3-5
+    services (a client span and the service's server span each), each of which queries
+    a database (1-3 client spans) and sometimes publishes to a queue (producer and
+    consumer)."""
 
     def __init__(self, services: int, seed: int) -> None:
         self.rng = random.Random(seed)
         self.services = [f"svc-{i}" for i in range(services)]
         self.resources = {
             name: ResourceSpans().resource.__class__(
-                attributes=[_kv("service.name", name), _kv("service.namespace", "bench"),
-                            _kv("host.name", f"host-{i % 5}")]  # fmt: skip
+                attributes=[
+                    _kv("service.name", name),
+                    _kv("service.namespace", "bench"),
+                    _kv("host.name", f"host-{i % 5}"),
+                ]
             )
             for i, name in enumerate(self.services)
         }
@@ -80,7 +84,13 @@ class Generator:
         out: list[tuple[str, Span]] = []
 
         def span(
-            service: str, parent: bytes, name: str, kind: int, start: int, took: int, **attrs: object
+            service: str,
+            parent: bytes,
+            name: str,
+            kind: int,
+            start: int,
+            took: int,
+            **attrs: object,
         ) -> bytes:
             span_id = rng.getrandbits(64).to_bytes(8, "big")
             s = Span(
@@ -106,32 +116,78 @@ class Generator:
         total = int(rng.lognormvariate(18.4, 0.8))  # ~100 ms median, a long tail
         failed = rng.random() < 0.03
         root = span(
-            "svc-0", b"", f"{rng.choice(METHODS)} /api/{route}", 2, start_ns, total,
-            **{"http.method": rng.choice(METHODS), "http.route": f"/api/{route}",
-               "http.status_code": 500 if failed else 200},
-        )  # fmt: skip
+            "svc-0",
+            b"",
+            f"{rng.choice(METHODS)} /api/{route}",
+            2,
+            start_ns,
+            total,
+            **{
+                "http.method": rng.choice(METHODS),
+                "http.route": f"/api/{route}",
+                "http.status_code": 500 if failed else 200,
+            },
+        )
         at = start_ns + total // 20
         for _ in range(rng.randint(3, 5)):
             service = rng.choice(self.services[1:])
             took = max(total // 4, 1000)
             method = rng.choice(METHODS)
             status = 503 if failed and rng.random() < 0.5 else 200
-            client = span("svc-0", root, f"{method} {service}", 3, at, took,
-                          **{"http.method": method, "http.status_code": status})  # fmt: skip
-            server = span(service, client, f"{method} /api/{route}", 2, at + 100_000, took - 200_000,
-                          **{"http.method": method, "http.route": f"/api/{route}",
-                             "http.status_code": status})  # fmt: skip
+            client = span(
+                "svc-0",
+                root,
+                f"{method} {service}",
+                3,
+                at,
+                took,
+                **{"http.method": method, "http.status_code": status},
+            )
+            server = span(
+                service,
+                client,
+                f"{method} /api/{route}",
+                2,
+                at + 100_000,
+                took - 200_000,
+                **{
+                    "http.method": method,
+                    "http.route": f"/api/{route}",
+                    "http.status_code": status,
+                },
+            )
             db_at = at + 200_000
             for _ in range(rng.randint(1, 3)):
                 db_took = max(took // 8, 1000)
-                span(service, server, "SELECT orders", 3, db_at, db_took,
-                     **{"db.system": "postgresql", "db.statement": "SELECT * FROM orders"})  # fmt: skip
+                span(
+                    service,
+                    server,
+                    "SELECT orders",
+                    3,
+                    db_at,
+                    db_took,
+                    **{"db.system": "postgresql", "db.statement": "SELECT * FROM orders"},
+                )
                 db_at += db_took
             if rng.random() < 0.3:
-                producer = span(service, server, "orders publish", 4, db_at, 50_000,
-                                **{"messaging.system": "kafka"})  # fmt: skip
-                span("svc-19", producer, "orders process", 5, db_at + 100_000, 2_000_000,
-                     **{"messaging.system": "kafka"})  # fmt: skip
+                producer = span(
+                    service,
+                    server,
+                    "orders publish",
+                    4,
+                    db_at,
+                    50_000,
+                    **{"messaging.system": "kafka"},
+                )
+                span(
+                    "svc-19",
+                    producer,
+                    "orders process",
+                    5,
+                    db_at + 100_000,
+                    2_000_000,
+                    **{"messaging.system": "kafka"},
+                )
             at += took // 2
         return out
 
@@ -234,18 +290,19 @@ def main(argv: list[str] | None = None) -> int:
             assert status == 200 and body, (trace_id, status)
         peak_rss = max(peak_rss, server.rss())
         print()
-        print(f"trace by id ({args.lookups} random ids, protobuf): "
-              f"p50 {statistics.median(lookups):.1f} ms, p99 {_p99(lookups):.1f} ms, "
-              f"max {max(lookups):.1f} ms")  # fmt: skip
+        print(
+            f"trace by id ({args.lookups} random ids, protobuf): "
+            f"p50 {statistics.median(lookups):.1f} ms, p99 {_p99(lookups):.1f} ms, "
+            f"max {max(lookups):.1f} ms"
+        )
 
         end_s = now // 10**9 + 1
         rows = []
         for name, query in SEARCHES.items():
             figures = []
             for hours in (1, 24):
-                params = urllib.parse.urlencode(
-                    {"q": query, "limit": 20, "spss": 3, "start": end_s - hours * 3600, "end": end_s}
-                )
+                window = {"start": end_s - hours * 3600, "end": end_s}
+                params = urllib.parse.urlencode({"q": query, "limit": 20, "spss": 3, **window})
                 url = f"{server.url}/api/search?{params}"
                 found: list[int] = []
 
@@ -268,9 +325,12 @@ def main(argv: list[str] | None = None) -> int:
             ("tag names (v2)", "/api/v2/search/tags", {}),
             ("service.name values", "/api/v2/search/tag/resource.service.name/values", {}),
             ("http.route values", "/api/v2/search/tag/span.http.route/values", {}),
-            ("route values, q", "/api/v2/search/tag/span.http.route/values",
-             {"q": '{ resource.service.name = "svc-2" }'}),
-        ):  # fmt: skip
+            (
+                "route values, q",
+                "/api/v2/search/tag/span.http.route/values",
+                {"q": '{ resource.service.name = "svc-2" }'},
+            ),
+        ):
             for hours in (1, 24):
                 query = urllib.parse.urlencode(
                     {**params, "start": end_s - hours * 3600, "end": end_s}

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from shoal.schema import TableSpec
 from shoal.storage import layout
+from shoal.storage.lru import Lru
 from shoal.storage.types import ScanFile
 
 logger = logging.getLogger(__name__)
@@ -171,9 +172,24 @@ class Bloom:
         return cls(m, k, body)
 
 
+_M64 = (1 << 64) - 1
+
+
+def _mix_int(x: int) -> int:
+    """:func:`_mix` of one value, in Python integers (the same bits)."""
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & _M64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
 def value_words(value: str) -> tuple[int, int]:
-    h1, h2 = words([value])
-    return int(h1[0]), int(h2[0])
+    """:func:`words` of one value (what a lookup hashes), without arrays."""
+    hi, lo = _text_words(value)
+    a = _mix_int(hi ^ 0x9E3779B97F4A7C15)
+    b = _mix_int(lo ^ a)
+    return b, _mix_int(a ^ b ^ 0xD1B54A32D192ED03)
 
 
 def _save(path: Path, bloom: Bloom) -> None:
@@ -238,19 +254,42 @@ class LookupIndex:
         return out
 
 
+_FOOTERS: Lru[str, tuple[pq.FileMetaData, list[tuple[str | None, str | None]]]] = Lru(512)
+"""Per data file (immutable once written): its Parquet footer and each row group's
+min and max of the lookup column, so that a lookup parses no footer twice."""
+
+
+_FOOTERS_LOCK = threading.Lock()
+
+
+def _footer(path: str, column: str) -> tuple[pq.FileMetaData, list[tuple[str | None, str | None]]]:
+    with _FOOTERS_LOCK:
+        hit = _FOOTERS.get(path)
+    if hit is None:
+        meta = pq.read_metadata(path)
+        index = meta.schema.to_arrow_schema().get_field_index(column)
+        bounds: list[tuple[str | None, str | None]] = []
+        for i in range(meta.num_row_groups):
+            stats = meta.row_group(i).column(index).statistics
+            if stats is None or not stats.has_min_max:
+                bounds.append((None, None))
+            else:
+                bounds.append((stats.min, stats.max))
+        hit = (meta, bounds)
+        with _FOOTERS_LOCK:
+            _FOOTERS.put(path, hit)
+    return hit
+
+
 def read_matching(path: str, column: str, value: str) -> tuple[pa.Table, int]:
     """The rows of the Parquet file ``path`` whose ``column`` is ``value``, reading only the
     row groups whose statistics admit it, and the bytes of those row groups."""
-    parquet = pq.ParquetFile(path)
-    meta = parquet.metadata
-    index = parquet.schema_arrow.get_field_index(column)
-    groups = []
-    for i in range(meta.num_row_groups):
-        stats = meta.row_group(i).column(index).statistics
-        if stats is None or not stats.has_min_max or stats.min <= value <= stats.max:
-            groups.append(i)
+    meta, bounds = _footer(path, column)
+    groups = [
+        i for i, (lo, hi) in enumerate(bounds) if lo is None or hi is None or lo <= value <= hi
+    ]
     if not groups:
-        return parquet.schema_arrow.empty_table(), 0
-    rows = parquet.read_row_groups(groups)
+        return meta.schema.to_arrow_schema().empty_table(), 0
+    rows = pq.ParquetFile(path, metadata=meta).read_row_groups(groups)
     size = sum(meta.row_group(i).total_byte_size for i in groups)
     return rows.filter(pc.equal(rows.column(column), value)), size

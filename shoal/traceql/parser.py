@@ -7,6 +7,7 @@ a message that names the position or the feature: never a wrong answer.
 
 from __future__ import annotations
 
+import fractions
 import functools
 import re
 from typing import Any
@@ -72,9 +73,9 @@ INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 
 def duration_ns(text: str) -> int:
     """A Go duration (``1h30m``, ``250ms``, ``1.5s``) in nanoseconds."""
-    total = 0.0
+    total = fractions.Fraction(0)
     for number, unit in _DURATION_PART.findall(text):
-        total += float(number) * _UNIT_NS[unit]
+        total += fractions.Fraction(number) * _UNIT_NS[unit]
     return round(total)
 
 

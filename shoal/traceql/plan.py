@@ -11,9 +11,12 @@ source reads those columns and no others.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterator
 
 SCOPES = ("span", "resource", "event", "link", "instrumentation")
+_NEEDS_QUOTES = re.compile(r'[\s{}()=!<>~&|,"\\]')
+"""Characters an attribute name can hold only quoted."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +28,10 @@ class Attribute:
     name: str
 
     def text(self) -> str:
-        return f"{self.scope or ''}.{self.name}"
+        name = self.name
+        if not name or _NEEDS_QUOTES.search(name):
+            name = '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return f"{self.scope or ''}.{name}"
 
 
 @dataclasses.dataclass(frozen=True)
