@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from shoal.traceql import plan
 from shoal.traceql.evaluate import SpanFields
@@ -32,6 +33,16 @@ def _valid(column: Any) -> Any:
     return np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
 
 
+class _Cells:
+    """One column's values by row, read out one at a time."""
+
+    def __init__(self, column: Any) -> None:
+        self.column = column
+
+    def __getitem__(self, row: int) -> Any:
+        return self.column[row].as_py()
+
+
 def trace_id_text(hex_id: str) -> str:
     return hex_id.lstrip("0") or "0"
 
@@ -41,7 +52,7 @@ def any_value(values: Values, row: int) -> dict[str, Any] | None:
     for kind, (data, rows) in values.typed.items():
         if not rows[row]:
             continue
-        item = data[row]
+        item = data if isinstance(data, pa.Scalar) else data[row]
         item = item.as_py() if hasattr(item, "as_py") else item
         if kind == "string":
             return {"stringValue": item}
@@ -110,10 +121,13 @@ def search_answer(
     for row in rows.tolist():
         by_set.setdefault(int(sets.group[row]), []).append(row)
     sets_of: dict[int, list[dict[str, Any]]] = {}
-    trace_ids = frame.trace_ids.to_pylist()
-    names = frame.column("name").to_pylist()
-    services = frame.column("service_name").to_pylist()
-    span_ids = frame.column("span_id").to_pylist()
+    # only the rows answered are read out of the columns (a day's search reads millions)
+    trace_ids, names, services, span_ids = (
+        _Cells(frame.trace_ids),
+        _Cells(frame.column("name")),
+        _Cells(frame.column("service_name")),
+        _Cells(frame.column("span_id")),
+    )
     for group, members in by_set.items():
         spans = []
         for row in members[: max(spss, 0)]:

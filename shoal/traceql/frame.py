@@ -39,10 +39,16 @@ class Frame:
 
     def __post_init__(self) -> None:
         self.n = self.table.num_rows
+        self._columns: dict[str, pa.Array] = {}
 
     def column(self, name: str) -> pa.Array:
-        col = self.table.column(name)
-        return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        """A column as one array (combined once: a search's rows come in many batches)."""
+        found = self._columns.get(name)
+        if found is None:
+            col = self.table.column(name)
+            found = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+            self._columns[name] = found
+        return found
 
     @functools.cached_property
     def trace(self) -> I64:

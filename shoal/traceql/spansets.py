@@ -182,6 +182,8 @@ def group_by(frame: Frame, sets: SpanSets, stage: plan.By) -> SpanSets:
     codes = np.full(frame.n, -1, dtype=np.int64)  # -1: nil
     offset = 0
     for data, have in values.typed.values():
+        if isinstance(data, pa.Scalar):  # by() of a literal: one value for every span
+            data = pa.array([data.as_py()] * frame.n, data.type)
         array = data if isinstance(data, pa.Array) else pa.array(data)
         encoded = pc.dictionary_encode(array)
         index = np.asarray(encoded.indices.fill_null(0).to_numpy(False), dtype=np.int64)

@@ -56,7 +56,8 @@ def _mask(array: pa.Array) -> BOOL:
 @dataclasses.dataclass
 class Values:
     """``n`` rows of values: ``typed[kind] = (values, rows holding that kind)``; ``other``
-    marks rows holding a value of a type no comparison takes (bytes, arrays...)."""
+    marks rows holding a value of a type no comparison takes (bytes, arrays...). A
+    string literal's values are one Arrow scalar standing for every row."""
 
     n: int
     typed: dict[str, tuple[Any, BOOL]]
@@ -74,8 +75,9 @@ class Values:
         if literal.kind == "nil":
             return cls(n, {})
         if literal.kind == "string":
-            return cls(n, {"string": (pa.array([literal.value] * n, pa.string()),
-                                      np.ones(n, dtype=np.bool_))})  # fmt: skip
+            # one scalar for every row: Arrow compares an array with a scalar directly
+            text = pa.scalar(literal.value, pa.string())
+            return cls(n, {"string": (text, np.ones(n, dtype=np.bool_))})
         dtype = {"float": np.float64, "bool": np.bool_}.get(literal.kind, np.int64)
         return cls(n, {literal.kind: (np.full(n, literal.value, dtype=dtype),
                                       np.ones(n, dtype=np.bool_))})  # fmt: skip
@@ -117,7 +119,10 @@ def _regex(op: str, left: Values, right: Values) -> BOOL:
     if "string" not in right.typed:
         return out
     patterns, prows = right.typed["string"]
-    distinct_patterns = pc.unique(patterns).to_pylist() if len(patterns) else []
+    if isinstance(patterns, pa.Scalar):
+        distinct_patterns = [patterns.as_py()] if prows.any() else []
+    else:
+        distinct_patterns = pc.unique(patterns).to_pylist() if len(patterns) else []
     if len(distinct_patterns) > 1:
         raise TraceQLError(f"{op} takes one pattern, a string literal")
     if not distinct_patterns:
