@@ -248,7 +248,7 @@ SPANS = TableSpec(
     sort_columns=("trace_id", "timestamp"),
     series_columns=("service_name",),
     lookup_column="trace_id",
-    row_group_rows=4096,
+    row_group_rows=2048,
 )
 
 SIGNAL_TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (METRICS, LOGS, SPANS)}
