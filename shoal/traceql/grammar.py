@@ -40,9 +40,12 @@ aggregate: AGG_FN "(" field_expr? ")"
 ?field_expr: field_expr FIELD_LOGIC field_cmp   -> field_logic
            | field_cmp
 
-?field_cmp: field_unary COMPARE field_unary    -> compare
-          | field_unary ARITH field_unary       -> arithmetic
-          | field_unary
+?field_cmp: field_arith COMPARE field_arith    -> compare
+          | field_arith
+
+?field_arith: field_arith ARITH field_unary     -> arithmetic
+            | field_arith "-" field_unary       -> arithmetic
+            | field_unary
 
 ?field_unary: "!" field_unary               -> negate
             | field_primary

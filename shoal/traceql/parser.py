@@ -172,7 +172,8 @@ class _ToPlan(lark.Transformer[Any, Any]):
         return plan.Compare(str(items[1]), items[0], items[2])
 
     def arithmetic(self, items: list[Any]) -> None:
-        raise TraceQLError(f"arithmetic ({items[1]}) in field expressions is not implemented")
+        op = str(items[1]) if len(items) == 3 else "-"
+        raise TraceQLError(f"arithmetic ({op}) in field expressions is not implemented")
 
     def negate(self, items: list[Any]) -> plan.Not:
         return plan.Not(items[0])

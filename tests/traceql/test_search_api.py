@@ -126,6 +126,7 @@ def test_the_older_tag_search(client: SyncClient, auth: dict[str, dict[str, str]
         ("{ } | by(.a) && { }", "syntax error"),
         ("({ } | by(.a)) && { }", "not implemented"),
         ("{ } | avg(.a) > nil", "compares with numbers"),
+        ("{ span.a > 10 * 1024 }", "arithmetic (*)"),
     ],
 )
 def test_bad_queries_get_400_with_the_reason(
@@ -170,3 +171,15 @@ def test_a_catastrophic_pattern_runs_in_linear_time(
     assert time.monotonic() - started < 5.0
     # and another tenant is answered meanwhile as usual
     assert _search(client, auth["other"], q="{ }").status_code == 200
+
+
+def test_a_search_over_its_span_limit_fails_with_the_reason(
+    service: QueryService, client: SyncClient, auth: dict[str, dict[str, str]]
+) -> None:
+    from shoal.traceql.service import SearchRequest, TraceQLService
+
+    small = TraceQLService(service.reader, service, max_spans=50)
+    request = SearchRequest(start_ns=T0 - 60 * 10**9, end_ns=T0 + 7200 * 10**9, query="{ }")
+    with pytest.raises(Exception, match="more than 50 spans .traceql_max_spans.; narrow"):
+        client.run(small.search("acme", request))
+    assert _search(client, auth["acme"], q="{ }").status_code == 200
