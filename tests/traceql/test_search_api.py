@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from shoal.auth import TokenStore
+from shoal.errors import TraceQLError
 from shoal.sql.service import QueryService
 from tests.sql.api_app import SyncClient
 from tests.sql.helpers import Harness
@@ -180,6 +181,6 @@ def test_a_search_over_its_span_limit_fails_with_the_reason(
 
     small = TraceQLService(service.reader, service, max_spans=50)
     request = SearchRequest(start_ns=T0 - 60 * 10**9, end_ns=T0 + 7200 * 10**9, query="{ }")
-    with pytest.raises(Exception, match="more than 50 spans .traceql_max_spans.; narrow"):
+    with pytest.raises(TraceQLError, match=r"more than 50 spans \(traceql_max_spans\); narrow"):
         client.run(small.search("acme", request))
     assert _search(client, auth["acme"], q="{ }").status_code == 200
