@@ -183,7 +183,7 @@ async def search(request: Request) -> Response:
     return await _serve(request, answer)
 
 
-TAGS_WINDOW_S = 24 * 3600
+TAGS_WINDOW_S = 3600
 """The window of tag names and values when a request names none (Tempo then answers
 from its recent data)."""
 
