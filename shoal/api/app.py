@@ -1,8 +1,9 @@
 """The FastAPI application: OTLP/HTTP, the Prometheus API, health, self-metrics, tokens
 and SQL.
 
-What answers without a token is only ``/healthz`` and ``/readyz`` (no tenant, path or
-version in them); ``/metrics`` needs the ``metrics`` or ``admin`` role once tokens exist.
+What answers without a token is only ``/healthz`` and ``/readyz``, and the same two at
+Prometheus' paths, ``/-/healthy`` and ``/-/ready`` (no tenant, path or version in them);
+``/metrics`` needs the ``metrics`` or ``admin`` role once tokens exist.
 
 The app is built from plain objects the server hands in (:class:`AppServices`);
 it knows nothing of the WAL, the snapshot or prometheus_client.
@@ -116,6 +117,18 @@ def create_app(services: AppServices) -> FastAPI:
         if services.is_ready():
             return PlainTextResponse("ready\n")
         return PlainTextResponse("not ready\n", status_code=503)
+
+    # Prometheus' own health paths, for probes and tools written for a Prometheus: its
+    # status codes and its words, GET and HEAD, no token (like /healthz and /readyz)
+    @app.api_route("/-/healthy", methods=["GET", "HEAD"], include_in_schema=False)
+    async def healthy() -> Response:
+        return PlainTextResponse("shoal is Healthy.\n")
+
+    @app.api_route("/-/ready", methods=["GET", "HEAD"], include_in_schema=False)
+    async def ready() -> Response:
+        if services.is_ready():
+            return PlainTextResponse("shoal is Ready.\n")
+        return PlainTextResponse("Service Unavailable", status_code=503)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics(request: Request) -> Response:

@@ -1,4 +1,6 @@
-"""OTLP/HTTP: ``POST /v1/metrics``, ``/v1/logs``, ``/v1/traces``.
+"""OTLP/HTTP: ``POST /v1/metrics``, ``/v1/logs``, ``/v1/traces``; metrics also at
+Prometheus' OTLP path, ``POST /api/v1/otlp/v1/metrics``, so that an SDK or Collector
+configured for Prometheus' OTLP receiver works unchanged.
 
 Protobuf (``application/x-protobuf``) and JSON (``application/json``) bodies,
 optionally gzip-compressed; the answer uses the request's content type. The
@@ -122,6 +124,7 @@ async def _export(request: Request, signal: str) -> Response:
 
 
 @router.post("/v1/metrics", include_in_schema=False)
+@router.post("/api/v1/otlp/v1/metrics", include_in_schema=False)
 async def export_metrics(request: Request) -> Response:
     return await _export(request, "metrics")
 

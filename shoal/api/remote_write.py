@@ -6,8 +6,9 @@ path as OTLP (queue, WAL, fsync before the answer) with the same token, role, te
 size limit and backpressure. Answers: 204 once every sample is durable (2.0 with the
 ``X-Prometheus-Remote-Write-*-Written`` headers); 400 for what can never succeed, with
 what was wrong (also when some series or native histograms were refused and the rest
-stored, as the specification requires); 415 for a content type or encoding it cannot read; 429 or
-503 with ``Retry-After`` only when a retry can succeed.
+stored, as the specification requires); 415 for a content type or encoding it cannot read;
+503 with ``Retry-After`` when a retry can succeed, a full queue included (its senders drop a
+batch answered 429 unless told otherwise: :func:`~shoal.api.status.remote_write_status`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import logging
 from fastapi import APIRouter, Request, Response
 
 from shoal.api.bodies import read_body
-from shoal.api.status import classify
+from shoal.api.status import remote_write_status
 from shoal.auth import Authenticator
 from shoal.errors import UnsupportedMediaTypeError
 from shoal.ingest.decoding import REMOTE_WRITE, DecodeJob
@@ -62,7 +63,7 @@ async def write(request: Request) -> Response:
         counts["Exemplars"] = outcome.exemplars
         counts["Histograms"] = outcome.histograms
     except Exception as exc:
-        status = classify(exc, request.app.state.retry_after_s)
+        status = remote_write_status(exc, request.app.state.retry_after_s)
         if status.http >= 500:
             logger.error("remote write failed: %s", exc, exc_info=status.http == 500)
         ingest.metrics.request("metrics", "remote_write", tenant, str(status.http), watch.elapsed())

@@ -9,6 +9,10 @@ INVALID_ARGUMENT (not retryable); a full queue is 429 with ``Retry-After`` /
 UNAVAILABLE with ``RetryInfo`` (retryable: a bare RESOURCE_EXHAUSTED makes the
 Collector drop the batch); a server that cannot take data right now (starting,
 stopping, WAL out of space) is 503 / UNAVAILABLE.
+
+Remote write answers every refusal a retry can fix with 503 and ``Retry-After``
+(:func:`remote_write_status`): its senders retry 5xx, and by default drop a batch
+answered 429.
 """
 
 from __future__ import annotations
@@ -28,10 +32,10 @@ from shoal.errors import (
     PayloadTooLargeError,
     PermissionDeniedError,
     RecordTooLargeError,
-    ShoalError,
     ShuttingDownError,
     UnsupportedMediaTypeError,
     WalError,
+    refusal_reason,
 )
 
 
@@ -45,29 +49,45 @@ class ErrorStatus:
     retry_after_s: float | None = None
 
 
+_STATUSES: tuple[
+    tuple[type[BaseException] | tuple[type[BaseException], ...], int, grpc.StatusCode, bool], ...
+] = (
+    (OverloadedError, 429, grpc.StatusCode.UNAVAILABLE, True),
+    (DecodeError, 400, grpc.StatusCode.INVALID_ARGUMENT, False),
+    ((PayloadTooLargeError, RecordTooLargeError), 413, grpc.StatusCode.INVALID_ARGUMENT, False),
+    (UnsupportedMediaTypeError, 415, grpc.StatusCode.INVALID_ARGUMENT, False),
+    (PermissionDeniedError, 403, grpc.StatusCode.PERMISSION_DENIED, False),
+    (AuthError, 401, grpc.StatusCode.UNAUTHENTICATED, False),
+    ((NotReadyError, ShuttingDownError, WalError), 503, grpc.StatusCode.UNAVAILABLE, True),
+)
+"""Per kind of error: its HTTP status, its gRPC code, whether a retry can succeed (then
+the answer carries Retry-After / RetryInfo). Anything else is 500 / INTERNAL."""
+
+
 def classify(exc: BaseException, retry_after_s: float = 1.0) -> ErrorStatus:
-    """The status for an exception. Unknown exceptions are 500 / INTERNAL."""
-    if isinstance(exc, OverloadedError):
-        return ErrorStatus(429, grpc.StatusCode.UNAVAILABLE, "queue_full", exc.retry_after_s)
-    if isinstance(exc, DecodeError):
-        return ErrorStatus(400, grpc.StatusCode.INVALID_ARGUMENT, "malformed")
-    if isinstance(exc, PayloadTooLargeError | RecordTooLargeError):
-        return ErrorStatus(413, grpc.StatusCode.INVALID_ARGUMENT, "too_large")
-    if isinstance(exc, UnsupportedMediaTypeError):
-        return ErrorStatus(415, grpc.StatusCode.INVALID_ARGUMENT, "unsupported_media_type")
-    if isinstance(exc, PermissionDeniedError):
-        return ErrorStatus(403, grpc.StatusCode.PERMISSION_DENIED, "forbidden")
-    if isinstance(exc, AuthError):
-        return ErrorStatus(401, grpc.StatusCode.UNAUTHENTICATED, "unauthenticated")
-    if isinstance(exc, NotReadyError):
-        return ErrorStatus(503, grpc.StatusCode.UNAVAILABLE, "not_ready", retry_after_s)
-    if isinstance(exc, ShuttingDownError):
-        return ErrorStatus(503, grpc.StatusCode.UNAVAILABLE, "shutting_down", retry_after_s)
-    if isinstance(exc, WalError):
-        return ErrorStatus(503, grpc.StatusCode.UNAVAILABLE, "wal_unavailable", retry_after_s)
-    if isinstance(exc, ShoalError):
-        return ErrorStatus(500, grpc.StatusCode.INTERNAL, "error")
-    return ErrorStatus(500, grpc.StatusCode.INTERNAL, "internal")
+    """The status for an exception; its ``reason`` is :func:`refusal_reason`'s. Unknown
+    exceptions are 500 / INTERNAL."""
+    reason = refusal_reason(exc)
+    for kinds, http, code, retryable in _STATUSES:
+        if isinstance(exc, kinds):
+            if not retryable:
+                return ErrorStatus(http, code, reason)
+            after = exc.retry_after_s if isinstance(exc, OverloadedError) else retry_after_s
+            return ErrorStatus(http, code, reason, after)
+    return ErrorStatus(500, grpc.StatusCode.INTERNAL, reason)
+
+
+def remote_write_status(exc: BaseException, retry_after_s: float = 1.0) -> ErrorStatus:
+    """The status of a remote-write answer: :func:`classify`'s, except that a refusal a
+    retry can fix (one with a Retry-After, such as a full queue's 429) is 503.
+
+    Prometheus' sender and the Collector's ``prometheusremotewrite`` exporter retry 5xx
+    but, unless told ``retry_on_http_429`` (off by default), drop a batch answered 429
+    as non-recoverable (docs/remote-write.md)."""
+    status = classify(exc, retry_after_s)
+    if status.retry_after_s is not None and status.http < 500:
+        return dataclasses.replace(status, http=503)
+    return status
 
 
 def rpc_status(

@@ -7,8 +7,8 @@ calls :meth:`IngestQueue.acquire` for the decoded rows before their WAL append.
 The queue is the budget in front of the WAL writer. A request holds a slot
 from admission (after decoding) until the WAL has fsynced it; a request that
 does not fit is refused at once with :class:`~shoal.errors.OverloadedError`
-(HTTP 429 / gRPC UNAVAILABLE), never parked, so memory stays bounded under
-any offered load. A single request larger than the byte budget is admitted
+(HTTP 429, 503 to remote write / gRPC UNAVAILABLE), never parked, so memory stays
+bounded under any offered load. A single request larger than the byte budget is admitted
 only into an empty queue, so it cannot starve.
 
 The queue also holds requests back while the flusher's backlog (the snapshot's

@@ -79,7 +79,7 @@ class DeltaLog:
         self._dir = path / "_delta_log"
         self._lock = threading.RLock()
         self._dt = DeltaTable(str(path))
-        self._unflushed: TableSnapshot | None = None
+        self._latest: TableSnapshot | None = None
 
     # -- reading -----------------------------------------------------------------
 
@@ -94,12 +94,12 @@ class DeltaLog:
     def snapshot(self) -> TableSnapshot:
         """The latest committed version; one ``stat`` when nothing changed since last time."""
         with self._lock:
-            snap = self._unflushed
+            snap = self._latest
             if snap is not None and not self._next_exists(snap.version):
                 return snap
             self._refresh()
-            self._unflushed = self._build_snapshot(self._dt)
-            return self._unflushed
+            self._latest = self._build_snapshot(self._dt)
+            return self._latest
 
     def snapshot_at(
         self, version: int | None = None, timestamp: dt.datetime | None = None
@@ -120,7 +120,7 @@ class DeltaLog:
     def committed_lsn(self, app_id: str = WAL_APP_ID) -> int:
         """The highest version committed for ``app_id`` (the WAL LSN for flushes; 0: none)."""
         with self._lock:
-            snap = self._unflushed
+            snap = self._latest
             if app_id == WAL_APP_ID and snap is not None and not self._next_exists(snap.version):
                 return snap.committed_lsn
             self._refresh()
@@ -301,9 +301,9 @@ class DeltaLog:
         self, base: int, version: int, prepared: Sequence[PreparedFile], commit: Commit
     ) -> None:
         """Derive the new snapshot from the old one after our own commit (no log reload)."""
-        old = self._unflushed
+        old = self._latest
         if old is None or old.version != base:
-            self._unflushed = None
+            self._latest = None
             return
         root = str(self.path)
         gone = {os.path.join(root, r) for r in commit.removes}
@@ -319,7 +319,7 @@ class DeltaLog:
         )
         txn = commit.txn
         lsn = txn.version if txn is not None and txn.app_id == WAL_APP_ID else old.committed_lsn
-        self._unflushed = dataclasses.replace(
+        self._latest = dataclasses.replace(
             old,
             version=version,
             committed_lsn=lsn,

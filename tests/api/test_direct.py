@@ -82,6 +82,7 @@ def test_the_table_names_the_routers_own_endpoints() -> None:
     table = post_endpoints(otlp_http.router, remote_write.router)
     assert table == {
         "/v1/metrics": otlp_http.export_metrics,
+        "/api/v1/otlp/v1/metrics": otlp_http.export_metrics,
         "/v1/logs": otlp_http.export_logs,
         "/v1/traces": otlp_http.export_traces,
         "/api/v1/write": remote_write.write,
@@ -148,7 +149,7 @@ def test_every_direct_endpoint_answers_what_it_refuses(app: Any) -> None:
         return [(p, r.status_code, r.text.lower()) for p, r in zip(paths, answers, strict=True)]
 
     answered = asyncio.run(run())
-    assert len(answered) == 4
+    assert len(answered) == 5
     assert all(status == 401 and "token" in text for _, status, text in answered), answered
 
 
