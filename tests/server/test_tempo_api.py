@@ -1,7 +1,13 @@
 """Grafana's Tempo data source against a running ``shoal serve``: the requests its health
-check, search editor, tag autocomplete, trace view (both API versions, protobuf) and an
-exemplar's link send, as Grafana's source builds them, over spans and metrics that the
-real OpenTelemetry SDK exported."""
+check, search editor, tag autocomplete, trace view (both API versions, protobuf and JSON,
+with and without the time range Grafana adds) and an exemplar's link send, as Grafana's
+source builds them, over spans and metrics that the real OpenTelemetry SDK exported.
+
+Answers are decoded with OTLP's own classes, never with shoal's: v1's protobuf is
+``TracesData``'s bytes; v2's envelope (``tempopb.TraceByIDResponse``: ``trace`` 1,
+``metrics`` 2, as Tempo's ``tempo.proto`` numbers them) is taken apart field by field and
+its ``trace`` read as ``TracesData``; the JSON is read by protobuf's JSON parser into
+``TracesData`` (ids in base64, as Tempo writes them)."""
 
 from __future__ import annotations
 
@@ -13,9 +19,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import empty_pb2, json_format, unknown_fields
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -37,10 +45,15 @@ from tests.server.conftest import ServerFactory, delta_rows
 
 
 def _get(
-    server: ServerProcess, path: str, token: str, accept: str = "", **params: Any
+    server: ServerProcess,
+    path: str,
+    token: str,
+    accept: str = "",
+    extra: dict[str, str] | None = None,
+    **params: Any,
 ) -> tuple[int, bytes, str]:
     query = urllib.parse.urlencode(params)
-    headers = {"Authorization": f"Bearer {token}"}
+    headers = {"Authorization": f"Bearer {token}", **(extra or {})}
     if accept:
         headers["Accept"] = accept
     request = urllib.request.Request(
@@ -51,6 +64,23 @@ def _get(
             return resp.status, resp.read(), resp.headers.get("Content-Type", "")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read(), exc.headers.get("Content-Type", "")
+
+
+def _v2_trace(body: bytes) -> tuple[TracesData, int]:
+    """A v2 protobuf answer taken apart without shoal's descriptors: ``trace`` (field 1)
+    as OTLP's ``TracesData``, and ``metrics.inspectedBytes`` (field 2, its field 1)."""
+    fields = {
+        f.field_number: f.data
+        for f in unknown_fields.UnknownFieldSet(empty_pb2.Empty.FromString(body))
+    }
+    assert set(fields) <= {1, 2, 3, 4}, fields  # Tempo's four fields, nothing else
+    metrics = unknown_fields.UnknownFieldSet(empty_pb2.Empty.FromString(fields.get(2, b"")))
+    inspected = {f.field_number: f.data for f in metrics}.get(1, 0)
+    return TracesData.FromString(fields[1]), int(inspected)  # type: ignore[arg-type]
+
+
+def _spans(data: TracesData) -> list[Any]:
+    return [s for rs in data.resource_spans for ss in rs.scope_spans for s in ss.spans]
 
 
 def _export(
@@ -115,33 +145,45 @@ def test_grafanas_tempo_requests_against_a_running_server(
     status, body, _ = _get(server, "/api/status/buildinfo", token)
     assert status == 200 and json.loads(body)["version"]
 
-    # trace view: the backend asks v2 first, with Accept: application/protobuf
-    status, body, kind = _get(server, f"/api/v2/traces/{trace_id}", token, tempo.PROTOBUF)
-    assert (status, kind) == (200, tempo.PROTOBUF)
-    response = tempo.TraceByIDResponse.FromString(body)
-    spans = [
-        s
-        for rs in response.trace.resourceSpans
-        for ss in rs.scope_spans
-        for s in ss.spans  # type: ignore[attr-defined]
-    ]
-    assert len(spans) == 4
-    assert {s.name for s in spans} == {"GET /checkout", "charge"}
-    assert {s.trace_id.hex() for s in spans} == {trace_id}
-    services = {
-        kv.value.string_value
-        for rs in response.trace.resourceSpans  # type: ignore[attr-defined]
-        for kv in rs.resource.attributes
-        if kv.key == "service.name"
-    }
-    assert services == {"frontend", "checkout"}
-    # and v1 when an older Tempo answered 404 to v2
-    status, body, _ = _get(server, f"/api/traces/{trace_id}", token, tempo.PROTOBUF)
-    assert status == 200 and len(tempo.TempoTrace.FromString(body).resourceSpans) == 2  # type: ignore[attr-defined]
+    # trace view: Grafana's backend asks v2 first, with Accept: application/protobuf, and
+    # with the query's time range as start and end when it has one (createRequest)
+    now = int(time.time())
+    for params in ({}, {"start": now - 1800, "end": now + 1800}):
+        status, body, kind = _get(
+            server, f"/api/v2/traces/{trace_id}", token, tempo.PROTOBUF, **params
+        )
+        assert (status, kind) == (200, tempo.PROTOBUF), params
+        data, inspected = _v2_trace(body)
+        spans = _spans(data)
+        assert len(spans) == 4 and inspected > 0
+        assert {s.name for s in spans} == {"GET /checkout", "charge"}
+        assert {s.trace_id.hex() for s in spans} == {trace_id}
+        services = {
+            kv.value.string_value
+            for rs in data.resource_spans
+            for kv in rs.resource.attributes
+            if kv.key == "service.name"
+        }
+        assert services == {"frontend", "checkout"}
+        # and v1 (Grafana's fallback when v2 answers 404): TracesData's own bytes
+        status, body, _ = _get(server, f"/api/traces/{trace_id}", token, tempo.PROTOBUF, **params)
+        assert status == 200 and TracesData.FromString(body) == data
+    # a range the trace is not in: 404 on both, as Tempo answers
+    away = {"start": now - 10 * 86400, "end": now - 9 * 86400}
+    assert _get(server, f"/api/v2/traces/{trace_id}", token, tempo.PROTOBUF, **away)[0] == 404
+    assert _get(server, f"/api/traces/{trace_id}", token, tempo.PROTOBUF, **away)[0] == 404
     assert _get(server, "/api/v2/traces/" + "f" * 32, token, tempo.PROTOBUF)[0] == 404
+    assert _get(server, "/api/v2/traces/not-hex", token, tempo.PROTOBUF)[0] == 400
+    # the JSON encodings (Tempo's CLI, Grafana's trace upload): the same spans
+    status, body, kind = _get(server, f"/api/v2/traces/{trace_id}", token, tempo.JSON)
+    assert (status, kind) == (200, tempo.JSON)
+    from_json = json_format.ParseDict(json.loads(body)["trace"], TracesData())
+    assert from_json == data
+    status, body, _ = _get(server, f"/api/traces/{trace_id}", token)
+    batches = json.loads(body)["batches"]
+    assert json_format.ParseDict({"resourceSpans": batches}, TracesData()) == data
 
     # the search editor: its filters become a TraceQL query, sent with limit, spss, start, end
-    now = int(time.time())
     query = '{resource.service.name="checkout" && name="GET /checkout" && status=error}'
     status, body, _ = _get(
         server, "/api/search", token, q=query, limit=20, spss=3, start=now - 3600, end=now + 60
@@ -184,7 +226,12 @@ def test_grafanas_tempo_requests_against_a_running_server(
     assert _get(server, f"/api/v2/traces/{trace_id}", token, tempo.PROTOBUF)[0] == 200
 
     # another tenant's token, and a header naming this tenant, find nothing
-    assert _get(server, f"/api/v2/traces/{trace_id}", other, tempo.PROTOBUF)[0] == 404
-    status, body, _ = _get(server, "/api/search", other, q="{}", start=now - 3600, end=now + 60)
-    assert json.loads(body)["traces"] == []
+    for extra in ({}, {"X-Scope-OrgID": "acme"}):
+        path = f"/api/v2/traces/{trace_id}"
+        assert _get(server, path, other, tempo.PROTOBUF, extra)[0] == 404
+        window = {"start": now - 3600, "end": now + 60}
+        status, body, _ = _get(server, "/api/search", other, "", extra, q="{}", **window)
+        assert (status, json.loads(body)["traces"]) == (200, [])
+        status, body, _ = _get(server, "/api/v2/search/tags", other, "", extra)
+        assert "http.method" not in body.decode()
     assert server.terminate() == 0
