@@ -6,12 +6,15 @@ operators ``&&`` and ``||`` (one level, left to right); the structural operators
 tighter than ``&&``/``||``. Inside ``{ }`` the same holds for fields: ``&&`` and ``||``
 on one level, left to right, comparisons binding tighter, ``!`` tighter still.
 
-Metrics queries (``| rate()``...) and arithmetic parse only as far as needed to be
-refused by name (:mod:`shoal.traceql.parser`).
+Metrics queries (``| rate()``...), arithmetic and query hints (``with(...)``) parse only
+as far as needed to be accepted or refused by name (:mod:`shoal.traceql.parser`).
 """
 
 GRAMMAR = r"""
 ?start: pipeline
+      | pipeline "with" "(" hint ("," hint)* ")"  -> with_hints
+
+hint: HINT_NAME "=" literal
 
 pipeline: stage ("|" stage)*
 
@@ -85,6 +88,7 @@ METRICS_FN.2: "rate" | "count_over_time" | "min_over_time" | "max_over_time" | "
             | "topk" | "bottomk"
 
 METRICS_ARGS: /[^()]+/
+HINT_NAME: /[A-Za-z_][A-Za-z0-9_]*/
 STATUS.2: "ok" | "error" | "unset"
 KIND.2: "unspecified" | "internal" | "server" | "client" | "producer" | "consumer"
 INT_BOUND.2: "minInt" | "maxInt"

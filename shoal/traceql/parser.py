@@ -116,6 +116,17 @@ class _ToPlan(lark.Transformer[Any, Any]):
             return stages[0]  # type: ignore[no-any-return]
         return plan.Pipeline(tuple(stages))
 
+    def with_hints(self, items: list[Any]) -> Any:
+        return items[0]
+
+    def hint(self, items: list[Any]) -> None:
+        name, value = str(items[0]), items[1]
+        if name != "most_recent":
+            raise TraceQLError(f"the query hint {name} is not implemented")
+        if not (isinstance(value, plan.Literal) and value.kind == "bool"):
+            raise TraceQLError("the query hint most_recent takes true or false")
+        # a search is exact, and answers the most recent traces first anyway
+
     def by_op(self, items: list[Any]) -> plan.By:
         return plan.By(items[0])
 

@@ -134,6 +134,7 @@ def _queries() -> list[str]:
         "({ } | count() > 3) && { status = error }",
         "({ kind = server }) || ({ status = error } | count() > 1)",
         '{ resource.service.name = "cart" } | { span.http.method = "POST" }',
+        "{ status = error } with(most_recent=true)",
         "{ span.http.status_code = 500 } | by(.region)",
     ]
     return out

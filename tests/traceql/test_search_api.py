@@ -128,6 +128,7 @@ def test_the_older_tag_search(client: SyncClient, auth: dict[str, dict[str, str]
         ("({ } | by(.a)) && { }", "not implemented"),
         ("{ } | avg(.a) > nil", "compares with numbers"),
         ("{ span.a > 10 * 1024 }", "arithmetic (*)"),
+        ("{ } with(sample=0.1)", "the query hint sample is not implemented"),
     ],
 )
 def test_bad_queries_get_400_with_the_reason(
