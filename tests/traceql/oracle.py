@@ -78,12 +78,16 @@ class Trace:
         self.root = roots[0] if roots else None
         self.start = min(s.start for s in spans)
         self.end = max(s.end for s in spans)
+        self.kids: dict[str, list[OSpan]] = {}
+        for s in spans:
+            if s.parent is not None:
+                self.kids.setdefault(s.parent, []).append(s)
 
     def parent_of(self, span: OSpan) -> OSpan | None:
         return self.by_id.get(span.parent) if span.parent else None
 
     def children(self, span: OSpan) -> list[OSpan]:
-        return [s for s in self.spans if s.parent == span.span_id and s.parent is not None]
+        return self.kids.get(span.span_id, [])
 
 
 def value(trace: Trace, span: OSpan, leaf: plan.Field) -> Typed | None:
@@ -99,24 +103,34 @@ def value(trace: Trace, span: OSpan, leaf: plan.Field) -> Typed | None:
         raise AssertionError(leaf)
     assert isinstance(leaf, plan.Intrinsic), leaf
     name = leaf.name
-    table: dict[str, Callable[[], Typed | None]] = {
-        "span:name": lambda: ("string", span.name),
-        "span:status": lambda: ("status", span.status),
-        "span:statusMessage": lambda: ("string", span.message),
-        "span:kind": lambda: ("span_kind", span.kind),
-        "span:duration": lambda: ("duration", span.end - span.start),
-        "span:childCount": lambda: ("int", len(trace.children(span))),
-        "span:id": lambda: ("string", span.span_id),
-        "span:parentID": lambda: ("string", span.parent) if span.parent else None,
-        "trace:id": lambda: ("string", span.trace),
-        "trace:duration": lambda: ("duration", trace.end - trace.start),
-        "trace:rootName": lambda: ("string", trace.root.name) if trace.root else None,
-        "trace:rootService": lambda: (
-            ("string", trace.root.service) if trace.root and trace.root.service else None
-        ),
-        "instrumentation:name": lambda: ("string", span.scope_name) if span.scope_name else None,
-    }
-    return table[name]()
+    root = trace.root
+    if name == "span:name":
+        return ("string", span.name)
+    if name == "span:status":
+        return ("status", span.status)
+    if name == "span:statusMessage":
+        return ("string", span.message)
+    if name == "span:kind":
+        return ("span_kind", span.kind)
+    if name == "span:duration":
+        return ("duration", span.end - span.start)
+    if name == "span:childCount":
+        return ("int", len(trace.children(span)))
+    if name == "span:id":
+        return ("string", span.span_id)
+    if name == "span:parentID":
+        return ("string", span.parent) if span.parent else None
+    if name == "trace:id":
+        return ("string", span.trace)
+    if name == "trace:duration":
+        return ("duration", trace.end - trace.start)
+    if name == "trace:rootName":
+        return ("string", root.name) if root else None
+    if name == "trace:rootService":
+        return ("string", root.service) if root and root.service else None
+    if name == "instrumentation:name":
+        return ("string", span.scope_name) if span.scope_name else None
+    raise AssertionError(name)
 
 
 def _nested_level(leaf: plan.Field) -> str | None:

@@ -14,7 +14,7 @@ from tests.otlp.test_anyvalue import any_values
 
 from .otlp_compare import triples
 
-FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 texts = st.text(max_size=6)
 keyvalues = st.lists(
