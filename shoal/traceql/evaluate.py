@@ -85,7 +85,11 @@ def _prefer(first: Values, second: Values) -> Values:
     other = first.other if first.other is not None else np.zeros(first.n, dtype=np.bool_)
     if second.other is not None:
         other = other | (second.other & ~taken)
-    return Values(first.n, typed, other)
+    elements = list(first.elements)
+    for values, parent in second.elements:
+        keep = np.flatnonzero(~taken[parent])
+        elements.append((values.take(keep), parent[keep]))
+    return Values(first.n, typed, other, elements)
 
 
 class SpanFields:

@@ -8,7 +8,8 @@ ints in others; each comparison looks at the rows of the types it can compare: s
 with strings, numbers (int and float) with numbers, durations, statuses, kinds, bools
 with their own. A row whose value is missing, or of a type the other side cannot be
 compared with, matches no comparison but ``= nil`` (Tempo's rule); ``=~`` and ``!~``
-match strings through RE2 (:mod:`shoal.regex`), once per distinct value.
+match strings through RE2 (:mod:`shoal.regex`), once per distinct value. An array
+attribute matches a comparison when one of its elements does (:mod:`shoal.traceql.arrays`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ import pyarrow.compute as pc
 
 from shoal.errors import TraceQLError
 from shoal.regex import compile_pattern
+from shoal.traceql.arrays import explode
 from shoal.traceql.plan import Literal
 
 BOOL = npt.NDArray[np.bool_]
+I64 = npt.NDArray[np.int64]
 NUMERIC = ("int", "float")
 ORDERED = ("int", "float", "duration", "string")
 
@@ -57,11 +60,25 @@ def _mask(array: pa.Array) -> BOOL:
 class Values:
     """``n`` rows of values: ``typed[kind] = (values, rows holding that kind)``; ``other``
     marks rows holding a value of a type no comparison takes (bytes, arrays...). A
-    string literal's values are one Arrow scalar standing for every row."""
+    string literal's values are one Arrow scalar standing for every row. ``elements``:
+    the primitive elements of array values, each with the row it belongs to."""
 
     n: int
     typed: dict[str, tuple[Any, BOOL]]
     other: BOOL | None = None
+    elements: list[tuple[Values, I64]] = dataclasses.field(default_factory=list)
+
+    def take(self, rows: I64) -> Values:
+        """The values of ``rows`` (in that order, repeats allowed), without elements."""
+        typed: dict[str, tuple[Any, BOOL]] = {}
+        for kind, (data, mask) in self.typed.items():
+            if isinstance(data, pa.Scalar):
+                typed[kind] = (data, mask[rows])
+            elif isinstance(data, pa.Array | pa.ChunkedArray):
+                typed[kind] = (data.take(pa.array(rows)), mask[rows])
+            else:
+                typed[kind] = (data[rows], mask[rows])
+        return Values(len(rows), typed, None if self.other is None else self.other[rows])
 
     @property
     def present(self) -> BOOL:
@@ -107,7 +124,9 @@ class Values:
                 typed[kind] = (_mask(pc.equal(chosen, "true")), rows)
         for tag in ("bytes", "array", "kvlist", "empty"):
             other |= has & _mask(pc.equal(tags, tag))
-        return cls(n, typed, other)
+        found = explode(text, has & _mask(pc.equal(tags, "array")))
+        elements = [] if found is None else [(cls(len(found[0]), found[1]), found[0])]
+        return cls(n, typed, other, elements)
 
 
 def _rows_of(values: Values, kinds: tuple[str, ...]) -> list[tuple[str, Any, BOOL]]:
@@ -142,7 +161,19 @@ def _regex(op: str, left: Values, right: Values) -> BOOL:
 
 
 def compare(op: str, left: Values, right: Values) -> BOOL:
-    """The rows where ``left op right`` holds, by TraceQL's typing rules."""
+    """The rows where ``left op right`` holds, by TraceQL's typing rules; an array value
+    where one of its elements does."""
+    out = _compare(op, left, right)
+    for values, parent in left.elements:
+        hit = _compare(op, values, right.take(parent))
+        out[parent[hit]] = True
+    for values, parent in right.elements:
+        hit = _compare(op, left.take(parent), values)
+        out[parent[hit]] = True
+    return out
+
+
+def _compare(op: str, left: Values, right: Values) -> BOOL:
     if op in ("=~", "!~"):
         return _regex(op, left, right)
     if not right.typed and right.other is None:  # nil
@@ -152,7 +183,7 @@ def compare(op: str, left: Values, right: Values) -> BOOL:
             return left.present
         return np.zeros(left.n, dtype=np.bool_)
     if not left.typed and left.other is None:
-        return compare(op, right, left)
+        return _compare(op, right, left)
     out = np.zeros(left.n, dtype=np.bool_)
     for lk, (lv, lrows) in left.typed.items():
         groups = NUMERIC if lk in NUMERIC else (lk,)

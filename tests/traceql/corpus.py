@@ -17,6 +17,8 @@ NAMES = ["GET /cart", "POST /pay", "SELECT", "auth.check", "render", "queue.push
 
 
 def _typed(value: object) -> Typed:
+    if isinstance(value, list):
+        return ("array", [_typed(v) for v in value])
     if isinstance(value, bool):
         return ("bool", value)
     if isinstance(value, int):
@@ -75,6 +77,8 @@ def corpus(
                     attrs["region"] = "span-" + rng.choice(REGIONS)  # shadows the resource's
                 if rng.random() < 0.1:
                     attrs["http.status_code_text"] = str(rng.choice([200, 500]))
+                if rng.random() < 0.1:  # arrays: strings, numbers, mixed, empty
+                    attrs["tags"] = rng.sample(["red", "blue", "green", 7, 2.5], rng.randrange(4))
                 kind = rng.choice([1, 2, 2, 3, 3, 4, 5])
                 status = rng.choice([0, 0, 0, 1, 2])
                 message = "boom" if status == 2 and rng.random() < 0.5 else ""

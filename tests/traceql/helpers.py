@@ -19,7 +19,16 @@ from tests.sql.helpers import Harness
 T0 = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z in nanoseconds
 
 
+def any_value(value: object) -> AnyValue:
+    """An OTLP value of a Python one (a list is an array)."""
+    if isinstance(value, list):
+        return AnyValue(array_value=ArrayValue(values=[any_value(v) for v in value]))
+    return kv("", value).value
+
+
 def kv(key: str, value: object) -> KeyValue:
+    if isinstance(value, list):
+        return KeyValue(key=key, value=any_value(value))
     if isinstance(value, bool):
         return KeyValue(key=key, value=AnyValue(bool_value=value))
     if isinstance(value, int):

@@ -57,6 +57,10 @@ def compare(op: str, left: Typed | None, right: Typed | None) -> bool:
     if left is None or right is None:  # a missing value matches no comparison
         return False
     (lk, lv), (rk, rv) = left, right
+    if lk == "array":  # an array matches when one of its elements does
+        return any(compare(op, element, right) for element in lv)
+    if rk == "array":
+        return any(compare(op, left, element) for element in rv)
     if op in ("=~", "!~"):
         if lk != "string" or rk != "string":
             return False

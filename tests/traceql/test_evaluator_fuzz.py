@@ -61,11 +61,13 @@ STRING_FIELDS = {
     "link.link.kind": _quoted(["a", "follows"]),
     "instrumentation:name": _quoted(["http", "grpc"]),
     "span.http.status_code_text": _quoted(["200", "500", "300"]),
+    "span.tags": _quoted(["red", "blue", "green"]),
 }
 NUMBER_FIELDS = {
     "span.http.status_code": st.sampled_from(["200", "404", "500", "499.5", "201"]),
     "span.ratio": st.sampled_from(["0.5", "1.25", "2", "-3.5", "0"]),
     "event.attempt": st.sampled_from(["1", "2", "3"]),
+    ".tags": st.sampled_from(["7", "2.5", "5"]),
     "span:childCount": st.sampled_from(["0", "1", "2", "3"]),
 }
 DURATION_FIELDS = {
