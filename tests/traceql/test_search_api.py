@@ -211,3 +211,19 @@ def test_a_search_over_its_span_limit_fails_with_the_reason(
     with pytest.raises(TraceQLError, match=r"more than 50 spans \(traceql_max_spans\); narrow"):
         client.run(small.search("acme", request))
     assert _search(client, auth["acme"], q="{ }").status_code == 200
+
+
+def test_a_search_past_the_time_limit_fails_alone_with_the_reason(
+    harness: Harness, client: SyncClient, auth: dict[str, dict[str, str]]
+) -> None:
+    hurried = harness.service(timeout_s=0.001)
+    try:
+        with app_client(harness.data_dir, hurried) as fast:
+            answer = _search(fast, auth["acme"], q="{ }")
+            assert answer.status_code == 503
+            assert "query_timeout_s" in answer.text
+            tags = fast.get("/api/v2/search/tags", params=WINDOW, headers=auth["acme"])
+            assert tags.status_code == 503 and "query_timeout_s" in tags.text
+    finally:
+        hurried.shutdown()
+    assert _search(client, auth["acme"], q="{ }").status_code == 200  # the others serve on
