@@ -1,6 +1,6 @@
-"""TraceQL searches checked against an independent answer: 2,400 traces of varied shapes
+"""TraceQL searches checked against an independent answer: 2,349 traces of varied shapes
 (six services, depths 1-4, errors, events, links, roots that never arrive, spans split
-over three requests and two flushes) sent over OTLP, and 160+ queries whose trace sets
+over three requests and two flushes; arrays) sent over OTLP, and 183 queries whose trace sets
 and spansets must equal what plain Python computes from the spans sent."""
 
 from __future__ import annotations
