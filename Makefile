@@ -15,7 +15,7 @@ PIP    := $(BIN)/python -m pip install --quiet --constraint $(LOCK)
 
 .PHONY: serve test test-fast test-slow test-spark test-all lint typecheck check lock \
         bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-storm bench-pipeline \
-        bench-freshness bench-pg bench-promql bench-browser bench-logs bench-peers clean
+        bench-freshness bench-pg bench-promql bench-browser bench-logs bench-traces bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -115,6 +115,10 @@ bench-promql: $(BENCH_STAMP)
 # the metric browser over 100,000 series (needs prometheus too)
 bench-browser: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_promql --series 100000 --hours 0.1 --browser-only
+
+# Tempo's API over 100,000 traces (about 2M spans) of the last 24 hours
+bench-traces: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_traces $(BENCH_TRACES_ARGS)
 
 ## shoal beside Prometheus and VictoriaMetrics on the same remote-write samples
 ## (needs Debian's prometheus and victoria-metrics: apt-get install prometheus victoria-metrics)

@@ -329,6 +329,13 @@ SETTINGS: tuple[Setting, ...] = (
         "the query fails with a message.",
     ),
     Setting(
+        "traceql_max_spans",
+        3_000_000,
+        _parse_positive_int,
+        "Most spans one TraceQL search reads; beyond it the search fails with a message "
+        "asking for a shorter time range.",
+    ),
+    Setting(
         "promql_cache_bytes",
         128 * MiB,
         _parse_size,
@@ -441,6 +448,7 @@ class Config:
     query_max_join_pairs: int
     query_max_tenant_share: int
     promql_max_samples: int
+    traceql_max_spans: int
     promql_cache_bytes: int
     promql_promote_resource_attributes: str
     loki_tail_buffer_rows: int

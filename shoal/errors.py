@@ -180,6 +180,15 @@ class LogQLError(QueryError):
     or a construct shoal does not evaluate (named in the message). HTTP 400."""
 
 
+class TraceQLError(QueryError):
+    """A TraceQL query or Tempo API request that cannot be answered as asked (a 400);
+    ``not_found`` marks an unknown trace id (a 404)."""
+
+    def __init__(self, message: str, not_found: bool = False) -> None:
+        super().__init__(message)
+        self.not_found = not_found
+
+
 class PatternError(QueryError):
     """A user's regular expression that cannot be compiled; ``reason`` says why (RE2's
     word: a backreference, look-around, a repetition over 1000, too large)."""

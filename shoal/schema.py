@@ -207,6 +207,11 @@ class TableSpec:
     series_columns: tuple[str, ...] = ()
     index_columns: tuple[str, ...] = ()
     index_time_column: str = "time_unix_nano"
+    lookup_column: str | None = None
+    """A column whose values each file keeps a filter of, so that the files holding one
+    value are found without reading them (the spans' ``trace_id``)."""
+    row_group_rows: int | None = None
+    """Rows per Parquet row group (None: storage's default)."""
 
 
 METRICS = TableSpec(
@@ -238,8 +243,12 @@ LOGS = TableSpec(
 SPANS = TableSpec(
     name="spans",
     schema=SPANS_SCHEMA,
-    sort_columns=("service_name", "timestamp"),
+    # a trace's spans side by side, so that the row groups' trace_id statistics point at
+    # the few rows of one trace (docs/rationale.md, "Finding a trace")
+    sort_columns=("trace_id", "timestamp"),
     series_columns=("service_name",),
+    lookup_column="trace_id",
+    row_group_rows=2048,
 )
 
 SIGNAL_TABLES: dict[str, TableSpec] = {spec.name: spec for spec in (METRICS, LOGS, SPANS)}

@@ -28,6 +28,7 @@ from shoal.api import (
     remote_read,
     remote_write,
     sql,
+    tempo,
     tokens,
 )
 from shoal.api.direct import DirectRoutes, post_endpoints
@@ -39,6 +40,8 @@ from shoal.ingest.handler import IngestHandler
 from shoal.logql.service import LogQLService
 from shoal.promql.service import PromQLService
 from shoal.sql.service import QueryService
+from shoal.traceql.service import TraceQLService
+from shoal.traceql.servicegraph import ServiceGraph
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +63,8 @@ class AppServices:
     """LogQL over the same tables; by default over ``query_service``."""
     feed: RowFeed | None = None
     """Rows as they are acknowledged, for Loki's live tail."""
+    traceql: TraceQLService | None = None
+    """Tempo's API over the same tables; by default over ``query_service``'s reader."""
 
 
 def _error_status(exc: ShoalError, retry_after_s: float) -> int:
@@ -85,10 +90,16 @@ def create_app(services: AppServices) -> FastAPI:
     app.state.promql = services.promql
     if services.promql is None and services.query_service is not None:
         service = services.query_service
-        app.state.promql = PromQLService(service.reader, service)
+        app.state.promql = PromQLService(
+            service.reader, service, derived=ServiceGraph(service.reader)
+        )
     app.state.logql = services.logql
     if services.logql is None and services.query_service is not None:
         app.state.logql = LogQLService(services.query_service)
+    app.state.traceql = services.traceql
+    if services.traceql is None and services.query_service is not None:
+        service = services.query_service
+        app.state.traceql = TraceQLService(service.reader, service)
     app.state.ready = services.is_ready
     app.state.feed = services.feed
     app.include_router(otlp_http.router)
@@ -100,6 +111,7 @@ def create_app(services: AppServices) -> FastAPI:
     app.include_router(loki_tail.router)
     app.include_router(remote_read.router)
     app.include_router(tokens.router)
+    app.include_router(tempo.router)
 
     @app.exception_handler(ShoalError)
     async def shoal_error(request: Request, exc: Exception) -> Response:

@@ -128,7 +128,7 @@ class _HourFile:
         if not self.buffer:
             return
         data = pa.Table.from_batches(self.buffer, schema=self.schema)
-        self.writer.write_table(data, row_group_size=layout.ROW_GROUP_ROWS)
+        self.writer.write_table(data, row_group_size=layout.row_group_rows(self.target.spec))
         self.rows += data.num_rows
         self.buffer, self.buffered = [], 0
 

@@ -19,13 +19,14 @@ from shoal.promql import ast_json, cardinality, engine, meta, output, raw, tree
 from shoal.promql import format as printer
 from shoal.promql.matchers import LabelMatcher
 from shoal.promql.params import MAX_TIME_MS, MIN_TIME_MS, parse_duration, parse_time
-from shoal.promql.source import QuerySource
+from shoal.promql.source import DerivedSeries, QuerySource
 from shoal.sql.service import QueryService
 from shoal.storage.reader import TenantReader
 
 __all__ = [
     "MAX_TIME_MS",
     "MIN_TIME_MS",
+    "DerivedSeries",
     "LabelMatcher",
     "PromQLService",
     "RawQuery",
@@ -47,12 +48,18 @@ class PromQLService:
     """PromQL over every tenant's ``metrics`` table. Safe to share across tasks."""
 
     def __init__(
-        self, reader: TenantReader, sql: QueryService, promote: tuple[str, ...] = ()
+        self,
+        reader: TenantReader,
+        sql: QueryService,
+        promote: tuple[str, ...] = (),
+        derived: DerivedSeries | None = None,
     ) -> None:
         self.reader = reader
         self.sql = sql
         self.promote = promote
         """Resource attribute keys shown as labels of every series."""
+        self.derived = derived
+        """Series computed from other tables (the service graph), or None."""
 
     @property
     def timeout_s(self) -> float:
@@ -61,7 +68,7 @@ class PromQLService:
 
     def source(self, tenant: str) -> QuerySource:
         """The tenant's samples, for one call (it keeps what it read for the call's life)."""
-        return QuerySource(self.reader, self.sql, tenant, self.promote)
+        return QuerySource(self.reader, self.sql, tenant, self.promote, self.derived)
 
     async def instant(
         self, tenant: str, text: str, t_ms: int, timeout_s: float | None = None

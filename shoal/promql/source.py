@@ -16,7 +16,7 @@ import collections
 import datetime as dt
 import threading
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -27,8 +27,9 @@ from shoal.promql.labels import SeriesRows
 from shoal.promql.mapping import MetricInfo, target_keys
 from shoal.promql.model import Series
 from shoal.promql.series import to_series
-from shoal.schema import REMOTE_WRITE_SCOPE
+from shoal.schema import METRICS, REMOTE_WRITE_SCOPE
 from shoal.sql.service import QueryService
+from shoal.storage import series as series_index
 from shoal.storage.reader import TenantReader
 
 SAMPLE_KEYS = ("metric_name", "series_id", "time_unix_nano", "start_time_unix_nano", "flags")
@@ -165,6 +166,18 @@ def _over_cap(cap: int, verb: str = "reads", what: str = "samples or series") ->
     )
 
 
+class DerivedSeries(Protocol):
+    """Series computed from another table, served as if stored in ``metrics`` (the
+    service graph's ``traces_service_graph_*`` from the spans: ``shoal.traceql``).
+
+    :meth:`metric_rows` answers rows of ``METRICS_SCHEMA`` (names and labels as written,
+    ``scope_name`` the remote-write convention) in ``[start_ns, end_ns)``, blocking; the
+    source adds their series to the index it reads and their rows to the samples of the
+    metrics a query names. This is the only way in: PromQL knows nothing of spans."""
+
+    def metric_rows(self, tenant: str, start_ns: int, end_ns: int) -> pa.Table: ...
+
+
 class QuerySource:
     """Samples of one tenant: the read view for rows and series, SQL for the rest."""
 
@@ -174,13 +187,28 @@ class QuerySource:
         service: QueryService,
         tenant: str,
         promote: tuple[str, ...] = (),
+        derived: DerivedSeries | None = None,
     ) -> None:
         self.reader = reader
         self.service = service
         self.tenant = tenant
         self.promote = promote
+        self.derived = derived
         self._found: dict[tuple[int, int], pa.Table] = {}
         """Index rows by range, for this source's life (one API request)."""
+        self._derived: dict[tuple[int, int], pa.Table] = {}
+
+    def _derived_rows(self, start_ms: int, end_ms: int) -> pa.Table | None:
+        """The derived series' rows in the range (kept for this source's life)."""
+        if self.derived is None:
+            return None
+        rows = self._derived.get((start_ms, end_ms))
+        if rows is None:
+            rows = self.derived.metric_rows(
+                self.tenant, start_ms * 1_000_000, (end_ms + 1) * 1_000_000
+            )
+            self._derived[start_ms, end_ms] = rows
+        return rows
 
     async def _run(self, sql: str) -> pa.Table:
         cap = self.service.limits.max_samples
@@ -213,6 +241,11 @@ class QuerySource:
         found = self.reader.series(
             self.tenant, "metrics", start_ms * 1_000_000, (end_ms + 1) * 1_000_000 - 1
         )
+        derived = self._derived_rows(start_ms, end_ms)
+        if derived is not None and derived.num_rows:
+            schema = series_index.index_schema(METRICS)
+            extra = series_index.summarize(derived, METRICS, schema)
+            found = pa.concat_tables([found.cast(schema), extra])
         if found.num_rows > self.service.limits.max_samples:
             raise _over_cap(self.service.limits.max_samples, "selects", "series")
         verbatim = pc.equal(pc.fill_null(found.column("scope_name"), ""), REMOTE_WRITE_SCOPE)
@@ -253,6 +286,13 @@ class QuerySource:
             (b + 1) * 1_000_000,
             self.service.limits.max_samples,
         )
+        derived = self._derived_rows(a, b)
+        if derived is not None and derived.num_rows:
+            named = pc.is_in(derived.column("metric_name"), pa.array(sorted(set(otlp_names))))
+            picked = derived.filter(named).select(table.column_names)
+            if picked.num_rows:
+                joined = pa.concat_tables([table, picked.cast(table.schema)])
+                table = joined.unify_dictionaries().combine_chunks()
         if table.num_rows > self.service.limits.max_samples:
             raise _over_cap(self.service.limits.max_samples)
         labels = self._series_now(otlp_names, start_ms, end_ms)

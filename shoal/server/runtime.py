@@ -56,6 +56,8 @@ from shoal.storage.flusher import Flusher
 from shoal.storage.reader import TenantReader
 from shoal.storage.store import TableStore
 from shoal.storage.unflushed import UnflushedRows
+from shoal.traceql.service import TraceQLService
+from shoal.traceql.servicegraph import ServiceGraph
 from shoal.wal import Wal
 
 logger = logging.getLogger(__name__)
@@ -362,6 +364,10 @@ class ServerRuntime:
                 reader,
                 self.query_service,
                 mapping.promoted(self.config.promql_promote_resource_attributes),
+                ServiceGraph(reader),
+            )
+            app.state.traceql = TraceQLService(
+                reader, self.query_service, int(self.config.traceql_max_spans)
             )
             app.state.logql = LogQLService(self.query_service)
             app.state.tail_buffer_rows = int(self.config.loki_tail_buffer_rows)

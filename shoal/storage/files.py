@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from shoal.errors import SchemaMismatchError, StorageError
 from shoal.schema import TableSpec
 from shoal.storage import coverage as cov
-from shoal.storage import faults, layout, logindex, series
+from shoal.storage import faults, layout, logindex, lookup, series
 from shoal.storage.commit import NewFile, PreparedFile
 from shoal.storage.durable import fsync_dir, fsync_file, make_dirs_durable
 from shoal.storage.spec import schema_differences
@@ -123,11 +123,14 @@ class TableFiles:
         return prepared
 
     def _describe(self, rel: str, piece: pa.Table) -> tuple[layout.FileStats, cov.Coverage]:
-        """A file's series summary (written beside it), statistics and coverage."""
+        """A file's series summary and lookup filter (written beside it), statistics and
+        coverage."""
         if self.spec.index_columns:
             series.write_summary(self.root, self.spec, rel, piece)
         if self.spec.name == "logs":
             logindex.write(self.root, rel, piece)
+        if self.spec.lookup_column:
+            lookup.write_filter(self.root, self.spec, rel, piece)
         return layout.compute_stats(piece, self.spec), self.compute_coverage(piece)
 
     def adopt(
@@ -204,5 +207,6 @@ class TableFiles:
                 layout.coverage_path(add.path),
                 layout.series_path(add.path),
                 logindex.index_path(add.path),
+                layout.lookup_path(add.path),
             )
         )

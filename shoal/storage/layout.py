@@ -50,6 +50,7 @@ STRING_STATS_PREFIX = 32
 
 COVERAGE_DIR = "_coverage"
 SERIES_DIR = "_series"
+LOOKUP_DIR = "_lookup"
 IMPORT_DIR = "imported"
 
 _MIN_TIME_US = -(2**63)
@@ -94,6 +95,16 @@ def coverage_path(data_path: str) -> str:
 def series_path(data_path: str) -> str:
     """The relative path of the series summary of a data file (derived from its path)."""
     return f"{SERIES_DIR}/{_flat(data_path)}.parquet"
+
+
+def lookup_path(data_path: str) -> str:
+    """The relative path of the lookup filter of a data file (derived from its path)."""
+    return f"{LOOKUP_DIR}/{_flat(data_path)}.bloom"
+
+
+def row_group_rows(spec: TableSpec) -> int:
+    """Rows per row group of the table's files (its spec's, or :data:`ROW_GROUP_ROWS`)."""
+    return spec.row_group_rows or ROW_GROUP_ROWS
 
 
 # -- writer properties ---------------------------------------------------------
@@ -142,7 +153,7 @@ def write_parquet(table: pa.Table, path: Path, spec: TableSpec) -> int:
     pq.write_table(
         table,
         path,
-        row_group_size=ROW_GROUP_ROWS,
+        row_group_size=row_group_rows(spec),
         **writer_options(table.schema, spec.sort_columns),
     )
     fsync_file(path)

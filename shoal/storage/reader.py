@@ -14,8 +14,10 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from shoal.storage import samples
+from shoal.schema import SIGNAL_TABLES
+from shoal.storage import lookup, samples
 from shoal.storage.runs import BatchCoalescer
 from shoal.storage.unflushed import UnflushedSource
 from shoal.storage.view import AsOf, TenantView, collect_view, series_in_range
@@ -85,3 +87,45 @@ class TenantReader:
             if not retries:
                 raise
             return self.metric_rows(tenant, names, columns, start_ns, end_ns, max_rows, retries - 1)
+
+    def lookup_rows(
+        self, tenant: str, table: str, value: str, retries: int = 2
+    ) -> tuple[pa.Table, int]:
+        """The rows of ``table`` whose lookup column (its spec's ``lookup_column``: the
+        spans' ``trace_id``) is ``value``, flushed and unflushed, and the bytes read.
+
+        The files are found by their filters (:mod:`shoal.storage.lookup`), not by a scan;
+        in each, only the row groups whose statistics admit ``value`` are read."""
+        view = self.view(tenant, (table,))
+        found = view.tables.get(table)
+        if found is None:
+            return pa.table({}), 0
+        handle = self.catalog.open(tenant, table, create=False) if found.files else None
+        column = handle.spec.lookup_column if handle is not None else None
+        column = column or _LOOKUP_COLUMNS.get(table)
+        if column is None:
+            raise ValueError(f"table {table!r} has no lookup column")
+        parts: list[pa.Table] = []
+        inspected = 0
+        try:
+            for file in handle.files_holding(found.files, value) if handle else ():
+                rows, size = lookup.read_matching(file.path, column, value)
+                parts.append(rows.cast(found.schema))
+                inspected += size
+        except FileNotFoundError:
+            # a file of the view was vacuumed (compaction replaced it): a new view lists
+            # the file that replaced it
+            if not retries:
+                raise
+            return self.lookup_rows(tenant, table, value, retries - 1)
+        for batch in found.batches:
+            keep = pc.equal(batch.column(column), value)
+            if pc.any(keep).as_py():
+                parts.append(pa.Table.from_batches([batch.filter(keep)]))
+                inspected += batch.nbytes
+        if not parts:
+            return found.schema.empty_table(), inspected
+        return pa.concat_tables(parts), inspected
+
+
+_LOOKUP_COLUMNS = {name: spec.lookup_column for name, spec in SIGNAL_TABLES.items()}

@@ -31,6 +31,7 @@ from shoal.storage.commit import Commit, Txn
 from shoal.storage.coverage_index import CoverageIndex
 from shoal.storage.files import TableFiles
 from shoal.storage.log import DeltaLog
+from shoal.storage.lookup import LookupIndex
 from shoal.storage.reporting import NOOP, StorageMetrics
 from shoal.storage.series import SeriesIndex
 from shoal.storage.types import (
@@ -72,6 +73,7 @@ class Table:
         self.files = TableFiles(path, spec, bucket_s, self.label)
         self._coverage = CoverageIndex(self.files)
         self._series = SeriesIndex(path, spec, self.label) if spec.index_columns else None
+        self._lookup = LookupIndex(path, spec, self.label) if spec.lookup_column else None
 
     def __repr__(self) -> str:
         return f"Table({self.label})"
@@ -207,6 +209,15 @@ class Table:
             raise StorageError(f"{self.label} keeps no series index")
         return self._series.read(snapshot, batches, start_ns, end_ns)
 
+    # -- lookup ------------------------------------------------------------------
+
+    def files_holding(self, files: Sequence[ScanFile], value: str) -> list[ScanFile]:
+        """Those of ``files`` (a snapshot's) that may hold rows whose lookup column (the
+        spec's ``lookup_column``) is ``value``, from the files' filters alone."""
+        if self._lookup is None:
+            raise StorageError(f"{self.label} has no lookup column")
+        return self._lookup.files_holding(files, value)
+
     # -- maintenance -------------------------------------------------------------
 
     def vacuum(self, retention_hours: float, *, dry_run: bool = False) -> list[str]:
@@ -226,8 +237,15 @@ class Table:
         active.update(layout.coverage_path(rel) for rel in rels)
         active.update(layout.series_path(rel) for rel in rels)
         active.update(logindex.index_path(rel) for rel in rels)
+        active.update(layout.lookup_path(rel) for rel in rels)
         cutoff = time.time() - retention_hours * 3600
-        for sidecars in (layout.COVERAGE_DIR, layout.SERIES_DIR, logindex.INDEX_DIR):
+        sidecar_dirs = (
+            layout.COVERAGE_DIR,
+            layout.SERIES_DIR,
+            logindex.INDEX_DIR,
+            layout.LOOKUP_DIR,
+        )
+        for sidecars in sidecar_dirs:
             if not (self.path / sidecars).is_dir():
                 continue
             for entry in os.scandir(self.path / sidecars):

@@ -267,7 +267,7 @@ def test_provisioned_data_sources_are_what_the_variables_list() -> None:
     for path in (ROOT / "provisioning" / "datasources").glob("*.yaml"):
         types |= set(re.findall(r"^\s+type: (\S+)$", path.read_text(), re.M))
     for name, dashboard in _all_dashboards().items():
-        (source,) = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
+        (source,) = [v for v in dashboard["templating"]["list"] if v["name"] == "datasource"]
         assert PLUGIN_IDS[source["query"]] & types, f"{name}: nothing provisioned for it"
 
 
