@@ -180,7 +180,7 @@ class Generator:
                     **{"messaging.system": "kafka"},
                 )
                 span(
-                    "svc-19",
+                    self.services[-1],  # the queue's consumer
                     producer,
                     "orders process",
                     5,

@@ -150,7 +150,8 @@ def concurrency_error(limits: Limits) -> QueryLimitError:
     return QueryLimitError(
         "concurrency",
         f"too many queries running at once (query_max_concurrency={limits.max_concurrency}) "
-        f"and none finished within the time limit: retry later, or {NARROW_HINT} so "
+        f"and none finished within the time limit of {limits.timeout_s:g} s (query_timeout_s): "
+        f"retry later, or {NARROW_HINT} so "
         "queries finish sooner",
     )
 
