@@ -240,6 +240,8 @@ class ServiceGraph:
         self.keep = keep
 
     def metric_rows(self, tenant: str, start_ns: int, end_ns: int) -> pa.Table:
+        # a window reaching past what a timestamp column can hold reads as far as it can
+        start_ns, end_ns = (min(max(t, 0), MAX_NS) for t in (start_ns, end_ns))
         view = self.reader.view(tenant, ("spans",))
         found = view.tables.get("spans")
         if found is None:
@@ -263,6 +265,8 @@ class ServiceGraph:
         return rows
 
 
+MAX_NS = 2**63 - 1
+"""The latest time a nanosecond timestamp column holds."""
 HOLD_NS = 15 * 60 * 10**9
 """How long an edge keeps its series in answers after its last request (a metrics
 generator's stale-series time, 15 minutes)."""
@@ -273,7 +277,7 @@ EDGE_SLACK_NS = 3600 * 10**9
 def read_spans(found: TableInput, start_ns: int, end_ns: int) -> pa.Table:
     """The columns an edge needs, of the spans that start in the window or up to
     :data:`EDGE_SLACK_NS` before it (so that an edge ending inside it is whole)."""
-    lo = start_ns - HOLD_NS - EDGE_SLACK_NS
+    lo = max(0, start_ns - HOLD_NS - EDGE_SLACK_NS)
     files = [
         f.path for f in found.files if f.max_time_us * 1000 >= lo and f.min_time_us * 1000 < end_ns
     ]

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -383,6 +383,9 @@ def test_any_query_text_gets_a_prometheus_answer(
     ),
     st.one_of(st.integers(-5, 10**9).map(str), st.text(max_size=8), st.just("1m30s")),
 )
+# a window ending at the last second a nanosecond timestamp holds (the service graph's
+# span reads once overflowed on it)
+@example(start="9222381948.0", end="9223372037.0", step="1m30s")
 def test_any_range_parameters_get_a_prometheus_answer(
     api: tuple[SyncClient, dict[str, str], Harness], start: str, end: str, step: str
 ) -> None:
