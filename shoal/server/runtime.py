@@ -239,12 +239,7 @@ class ServerRuntime:
     def open_storage(self) -> tuple[TableStore, Wal]:
         """Open the tables and the WAL, and replay the WAL into the unflushed rows."""
         started = time.perf_counter()
-        store = self.store = TableStore(
-            self.data_dir,
-            coverage_bucket_s=self.config.coverage_bucket_s,
-            checkpoint_interval=self.config.checkpoint_interval,
-            metrics=StorageMetricsAdapter(self.metrics),
-        )
+        store = self.store = TableStore.for_config(self.config, StorageMetricsAdapter(self.metrics))
         committed: dict[tuple[str, str], int] = {}
         for tenant in store.tenants():
             for table in store.tables(tenant):

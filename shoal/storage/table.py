@@ -15,7 +15,6 @@ import concurrent.futures
 import datetime as dt
 import logging
 import math
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +29,9 @@ from shoal.storage import series as series_index
 from shoal.storage.commit import Commit, Txn
 from shoal.storage.coverage_index import CoverageIndex
 from shoal.storage.files import TableFiles
+from shoal.storage.location import StorageLocation
 from shoal.storage.log import DeltaLog
+from shoal.storage.place import Place
 from shoal.storage.reporting import NOOP, StorageMetrics
 from shoal.storage.series import SeriesIndex
 from shoal.storage.types import (
@@ -52,26 +53,39 @@ class Table:
     def __init__(
         self,
         tenant: str,
-        path: Path,
+        place: Place | Path,
         spec: TableSpec,
         *,
         bucket_s: int,
         checkpoint_interval: int,
         metrics: StorageMetrics = NOOP,
+        poll_s: float = 0.0,
     ) -> None:
+        if not isinstance(place, Place):
+            place = Place(StorageLocation.local(place))
         self.tenant = tenant
         self.name = spec.name
-        self.path = path
+        self.place = place
         self.spec = spec
         self.bucket_s = bucket_s
         self.label = f"{tenant}/{spec.name}"
         self._metrics = metrics
         self.log = DeltaLog(
-            tenant, path, spec, checkpoint_interval=checkpoint_interval, metrics=metrics
+            tenant,
+            place,
+            spec,
+            checkpoint_interval=checkpoint_interval,
+            metrics=metrics,
+            poll_s=poll_s,
         )
-        self.files = TableFiles(path, spec, bucket_s, self.label)
+        self.files = TableFiles(place, spec, bucket_s, self.label)
         self._coverage = CoverageIndex(self.files)
-        self._series = SeriesIndex(path, spec, self.label) if spec.index_columns else None
+        self._series = SeriesIndex(place, spec, self.label) if spec.index_columns else None
+
+    @property
+    def path(self) -> Path:
+        """The table's directory on local disk (a table in a bucket has none: use ``place``)."""
+        return self.place.root
 
     def __repr__(self) -> str:
         return f"Table({self.label})"
@@ -221,19 +235,20 @@ class Table:
         """
         hours = max(0, math.ceil(retention_hours))
         deleted, latest = self.log.vacuum(hours, dry_run=dry_run)
-        rels = [os.path.relpath(f.path, self.path) for f in latest.files]
+        rels = [self.place.rel(f.path) for f in latest.files]
         active = {series_index.CHECKPOINT}
         active.update(layout.coverage_path(rel) for rel in rels)
         active.update(layout.series_path(rel) for rel in rels)
         cutoff = time.time() - retention_hours * 3600
         for sidecars in (layout.COVERAGE_DIR, layout.SERIES_DIR):
-            if not (self.path / sidecars).is_dir():
-                continue
-            for entry in os.scandir(self.path / sidecars):
-                rel = f"{sidecars}/{entry.name}"
-                if rel in active or entry.stat().st_mtime > cutoff:
+            for name, mtime in self.place.listdir(sidecars):
+                rel = f"{sidecars}/{name}"
+                if rel in active or mtime > cutoff:
                     continue
                 deleted.append(rel)
                 if not dry_run:
-                    os.unlink(entry.path)
+                    try:
+                        self.place.delete(rel)
+                    except FileNotFoundError:
+                        pass
         return deleted

@@ -1,0 +1,118 @@
+"""Where the tables live: under the data directory, in another directory, or in a bucket.
+
+Setting ``storage_url`` names the root that holds ``<tenant>/<table>/`` Delta tables:
+empty is ``<data_dir>/tenants`` (as before), ``file:///path`` another local or mounted
+directory, ``s3://bucket/prefix`` an S3-compatible bucket. Everything goes through
+delta-rs (the Delta log) and pyarrow's filesystems (data, coverage and series files);
+credentials and region come from the standard AWS variables and profiles, read by
+those libraries themselves, so shoal never holds a secret, and nothing here prints one.
+
+delta-rs 1.6 commits on S3 with a conditional put (``If-None-Match: *`` on the new log
+entry): two writers racing for one version cannot both win, without a lock table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pyarrow import fs as pafs
+
+from shoal.errors import StorageError
+
+
+@dataclasses.dataclass(frozen=True)
+class StorageLocation:
+    """The root of every tenant's tables (see the module docstring)."""
+
+    kind: str
+    """``local`` (a directory) or ``s3``."""
+    root: str
+    """The directory (absolute), or ``bucket/prefix`` without a trailing slash."""
+    endpoint: str = ""
+    timeout_s: float = 30.0
+
+    @classmethod
+    def parse(
+        cls, url: str, data_dir: str | os.PathLike[str], endpoint: str = "", timeout_s: float = 30
+    ) -> StorageLocation:
+        """The location of setting ``storage_url`` (already checked by the settings)."""
+        text = url.strip()
+        if not text:
+            return cls("local", str(Path(data_dir).absolute() / "tenants"))
+        if text.startswith("file://"):
+            return cls("local", str(Path(text[len("file://") :]).absolute()))
+        if text.startswith("s3://"):
+            root = text[len("s3://") :].strip("/")
+            if not root:
+                raise StorageError("storage_url names no bucket: s3://bucket/prefix")
+            return cls("s3", root, endpoint.strip(), timeout_s)
+        raise StorageError("storage_url is neither s3://bucket/prefix nor file:///path")
+
+    @classmethod
+    def local(cls, root: str | os.PathLike[str]) -> StorageLocation:
+        return cls("local", str(Path(root).absolute()))
+
+    @property
+    def is_local(self) -> bool:
+        return self.kind == "local"
+
+    @property
+    def url(self) -> str:
+        """The root as a URL (no secret is ever part of it)."""
+        return f"file://{self.root}" if self.is_local else f"s3://{self.root}"
+
+    def __str__(self) -> str:
+        return self.root if self.is_local else self.url
+
+    def join(self, *parts: str) -> str:
+        """A path under the root, in the filesystem's own spelling (no scheme)."""
+        return "/".join([self.root, *parts])
+
+    def uri(self, *parts: str) -> str:
+        """A path under the root as delta-rs and readers name it (a local path, or s3://)."""
+        path = self.join(*parts)
+        return path if self.is_local else f"s3://{path}"
+
+    def strip(self, uri: str) -> str:
+        """The filesystem path of a :meth:`uri`."""
+        return uri[len("s3://") :] if uri.startswith("s3://") else uri
+
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's options: the endpoint and timeouts (credentials from the environment)."""
+        if self.is_local:
+            return {}
+        options = {"timeout": f"{max(1, round(self.timeout_s))}s"}
+        endpoint = self.endpoint or os.environ.get("AWS_ENDPOINT_URL", "")
+        if endpoint:
+            options["AWS_ENDPOINT_URL"] = endpoint
+            if endpoint.startswith("http://"):
+                options["AWS_ALLOW_HTTP"] = "true"
+        if not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
+            options["AWS_REGION"] = "us-east-1"
+        return options
+
+    @functools.cached_property
+    def filesystem(self) -> pafs.FileSystem:
+        """pyarrow's filesystem of the root (credentials: the AWS SDK's default chain)."""
+        if self.is_local:
+            return pafs.LocalFileSystem()
+        kwargs: dict[str, object] = {
+            "connect_timeout": min(self.timeout_s, 10.0),
+            "request_timeout": self.timeout_s,
+            "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3),
+        }
+        endpoint = self.endpoint or os.environ.get("AWS_ENDPOINT_URL", "")
+        if endpoint:
+            parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+            kwargs["endpoint_override"] = parts.netloc
+            kwargs["scheme"] = parts.scheme or "https"
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        kwargs["region"] = region or "us-east-1"
+        try:
+            return pafs.S3FileSystem(**kwargs)
+        except Exception as exc:  # pyarrow's message names options, never their values
+            raise StorageError(f"cannot reach object storage {self.url}: {exc}") from None
