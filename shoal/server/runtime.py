@@ -50,6 +50,7 @@ from shoal.server.preflight import INGEST_THREADS, UNFLUSHED_LIMIT_FLUSHES
 from shoal.server.telemetry import ServerMetrics, StorageMetricsAdapter, WalMetricsAdapter
 from shoal.sql.service import QueryService
 from shoal.storage import layout
+from shoal.storage.cache import FileCache
 from shoal.storage.flusher import Flusher
 from shoal.storage.reader import TenantReader
 from shoal.storage.store import TableStore
@@ -344,7 +345,16 @@ class ServerRuntime:
         )
         try:
             store, wal = await loop.run_in_executor(None, self.open_storage)
-            reader = TenantReader(store, self.unflushed, int(self.config.promql_cache_bytes))
+            files = None
+            if not store.location.is_local:
+                files = FileCache(
+                    store.location,
+                    self.data_dir / "cache",
+                    int(self.config.storage_cache_bytes),
+                    pin_s=float(self.config.query_timeout_s) * 2,
+                )
+                self.metrics.bind_storage_cache(files.stats)
+            reader = TenantReader(store, self.unflushed, int(self.config.promql_cache_bytes), files)
             self.query_service = QueryService(reader, self.config)
             slices = reader.slices
             self.metrics.bind_promql_cache(lambda: (slices.bytes, slices.hits, slices.misses))

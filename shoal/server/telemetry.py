@@ -210,6 +210,21 @@ _FAMILIES: tuple[_Family, ...] = (
         ("result",),
     ),
     _Family(
+        "storage_cache_bytes",
+        Gauge,
+        "shoal_storage_cache_bytes",
+        "Bytes of Parquet files from object storage kept on local disk (storage_cache_bytes).",
+        (),
+    ),
+    _Family(
+        "storage_cache_reads",
+        Gauge,
+        "shoal_storage_cache_reads",
+        "Reads of a committed file from object storage since start, found on local disk "
+        "(hit) or fetched (miss).",
+        ("result",),
+    ),
+    _Family(
         "snapshot_oldest_age",
         Gauge,
         "shoal_snapshot_oldest_age_seconds",
@@ -277,6 +292,8 @@ class ServerMetrics:
     snapshot_oldest_age: Gauge
     promql_cache_bytes: Gauge
     promql_cache_reads: Gauge
+    storage_cache_bytes: Gauge
+    storage_cache_reads: Gauge
     table_version: Gauge
     table_commits_total: Counter
     table_commit_retries_total: Counter
@@ -313,6 +330,12 @@ class ServerMetrics:
         self.promql_cache_bytes.set_function(lambda: float(stats()[0]))
         self.promql_cache_reads.labels("hit").set_function(lambda: float(stats()[1]))
         self.promql_cache_reads.labels("miss").set_function(lambda: float(stats()[2]))
+
+    def bind_storage_cache(self, stats: Callable[[], tuple[int, int, int]]) -> None:
+        """``stats() -> (bytes, hits, misses)`` of the read cache of object storage."""
+        self.storage_cache_bytes.set_function(lambda: float(stats()[0]))
+        self.storage_cache_reads.labels("hit").set_function(lambda: float(stats()[1]))
+        self.storage_cache_reads.labels("miss").set_function(lambda: float(stats()[2]))
 
     def bind_wal(self, stats: Callable[[], tuple[int, int]]) -> None:
         """``stats() -> (bytes, segments)`` of the WAL directory."""

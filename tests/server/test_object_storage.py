@@ -1,0 +1,111 @@
+"""A real server with its tables in an S3-compatible bucket (moto's server mode).
+
+Ingest is acknowledged from the local WAL as before; the flusher commits to the
+bucket; SQL, PromQL and the PostgreSQL listener read the committed files through
+one local read cache, whose hits and misses /metrics counts. The credentials
+never show in the log, /metrics, errors or ``shoal table history``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+import psycopg
+from deltalake import DeltaTable
+
+from loadtest import payloads
+from loadtest.ingest import BASE_NS, ServerProcess
+from loadtest.s3server import SECRET_KEY
+from tests.server.conftest import ServerFactory, metric_value, scrape
+
+PB = {"Content-Type": "application/x-protobuf"}
+POINTS = 1000
+
+
+def sql_count(server: ServerProcess, table: str = "metrics") -> int:
+    answer = httpx.post(
+        server.url + "/api/v1/sql", content=f"SELECT count(*) AS n FROM {table}", timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    return int(answer.json()["rows"][0][0])
+
+
+def committed_rows(url: str) -> int:
+    try:
+        table = DeltaTable(url, storage_options={"AWS_ALLOW_HTTP": "true"})
+    except Exception:  # not created yet
+        return 0
+    return int(table.to_pyarrow_table(columns=["series_id"]).num_rows)
+
+
+def wait_for(check: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_a_server_on_s3_ingests_flushes_and_answers_through_its_cache(
+    start_server: ServerFactory, s3_url: str, s3_server: Any
+) -> None:
+    server = start_server(
+        env={
+            "SHOAL_STORAGE_URL": s3_url,
+            "SHOAL_FLUSH_MAX_AGE_S": "0.3",
+            "SHOAL_STORAGE_POLL_S": "0.2",
+            "SHOAL_LOG_LEVEL": "debug",
+        }
+    )
+    body = payloads.metrics_request(points=POINTS, series=100, start_ns=BASE_NS)
+    answer = httpx.post(server.url + "/v1/metrics", content=body.SerializeToString(), headers=PB)
+    assert answer.status_code == 200
+    assert sql_count(server) == POINTS  # acknowledged: visible at once, from the WAL side
+    wait_for(lambda: committed_rows(f"{s3_url}/default/metrics") == POINTS)
+    assert not (server.data_dir / "tenants").exists()  # the tables are in the bucket
+    # cold, then warm: both right, the second from local copies
+    assert sql_count(server) == POINTS
+    cold = scrape(server)
+    assert metric_value(cold, "shoal_storage_cache_reads", result="miss") >= 1
+    assert sql_count(server) == POINTS
+    warm = scrape(server)
+    assert metric_value(warm, "shoal_storage_cache_reads", result="hit") >= 1
+    assert metric_value(warm, "shoal_storage_cache_bytes") > 0
+    assert list((server.data_dir / "cache").rglob("*.parquet"))
+    # PromQL reads the same committed files
+    names = httpx.get(server.url + "/api/v1/label/__name__/values", timeout=30).json()["data"]
+    assert names
+    at = BASE_NS / 1e9 + 60
+    result = httpx.get(
+        server.url + "/api/v1/query",
+        params={"query": f'sum(count_over_time({{__name__="{names[0]}"}}[1h]))', "time": at},
+        timeout=30,
+    ).json()
+    assert result["status"] == "success", result
+    assert float(result["data"]["result"][0]["value"][1]) == POINTS / 8
+    # and the PostgreSQL listener
+    with psycopg.connect(
+        host="127.0.0.1", port=server.pg_port, dbname="shoal", user="u", password="x"
+    ) as conn:
+        (n,) = conn.execute("SELECT count(*) FROM metrics").fetchone() or (0,)
+    assert n == POINTS
+    # restart: nothing to replay, the rows are found in the bucket
+    assert server.terminate() == 0
+    again = start_server(data_dir=server.data_dir, env=server.extra_env)
+    assert sql_count(again) == POINTS
+    history = subprocess.run(
+        [sys.executable, "-m", "shoal.cli", "table", "history", "--table", "metrics"],
+        env={**os.environ, **server.extra_env, "SHOAL_DATA_DIR": str(server.data_dir)},
+        capture_output=True,
+        timeout=120,
+    )
+    assert history.returncode == 0, history.stderr
+    assert b"flush" in history.stdout
+    again.terminate()
+    # the secret is nowhere the operator looks
+    for text in (server.log(), again.log(), warm, history.stdout.decode(), history.stderr.decode()):
+        assert SECRET_KEY not in text
