@@ -208,6 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from shoal.storage.location import RedactingFilter  # credentials never logged
+
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter())
     if not args.verbose:
         # client libraries log every request and connection at INFO
         for name in QUIET_LOGGERS:

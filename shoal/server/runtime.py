@@ -237,6 +237,17 @@ class ServerRuntime:
     def is_ready(self) -> bool:
         return self._ready
 
+    def trouble(self) -> str | None:
+        """What is wrong while ingest still works: flushes failing (the store down)."""
+        failure = self.flusher.failure if self.flusher is not None else None
+        if failure is None:
+            return None
+        since, error = failure
+        return (
+            f"flushes failing for {time.time() - since:.0f}s, rows kept in the WAL "
+            f"({self.unflushed.rows} unflushed): {error}"
+        )
+
     def open_storage(self) -> tuple[TableStore, Wal]:
         """Open the tables and the WAL, and replay the WAL into the unflushed rows."""
         started = time.perf_counter()
@@ -283,6 +294,7 @@ class ServerRuntime:
                 ingest=self.ingest,
                 is_ready=self.is_ready,
                 metrics_exposition=self.metrics.exposition,
+                trouble=self.trouble,
                 max_body_bytes=self.config.max_body_bytes,
                 retry_after_s=float(self.config.retry_after_s),
             )
@@ -381,6 +393,10 @@ class ServerRuntime:
             self.config.flush_max_age_s,
             self.metrics,
             helpers=layout.HELPERS,
+        )
+        flusher = self.flusher
+        self.metrics.bind_flush_failure(
+            lambda: time.time() - flusher.failure[0] if flusher.failure else 0.0
         )
         self.flusher.start()
         self.ingestor.open(wal)

@@ -210,6 +210,14 @@ _FAMILIES: tuple[_Family, ...] = (
         ("result",),
     ),
     _Family(
+        "flush_failing_seconds",
+        Gauge,
+        "shoal_flush_failing_seconds",
+        "Seconds since flushes began to fail (0 while they succeed): the object store "
+        "unreachable, slow or refusing; the rows wait in the WAL.",
+        (),
+    ),
+    _Family(
         "storage_cache_bytes",
         Gauge,
         "shoal_storage_cache_bytes",
@@ -293,6 +301,7 @@ class ServerMetrics:
     promql_cache_bytes: Gauge
     promql_cache_reads: Gauge
     storage_cache_bytes: Gauge
+    flush_failing_seconds: Gauge
     storage_cache_reads: Gauge
     table_version: Gauge
     table_commits_total: Counter
@@ -330,6 +339,9 @@ class ServerMetrics:
         self.promql_cache_bytes.set_function(lambda: float(stats()[0]))
         self.promql_cache_reads.labels("hit").set_function(lambda: float(stats()[1]))
         self.promql_cache_reads.labels("miss").set_function(lambda: float(stats()[2]))
+
+    def bind_flush_failure(self, seconds: Callable[[], float]) -> None:
+        self.flush_failing_seconds.set_function(seconds)
 
     def bind_storage_cache(self, stats: Callable[[], tuple[int, int, int]]) -> None:
         """``stats() -> (bytes, hits, misses)`` of the read cache of object storage."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -22,6 +23,34 @@ from urllib.parse import urlsplit
 from pyarrow import fs as pafs
 
 from shoal.errors import StorageError
+
+SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
+
+
+def redact(text: str) -> str:
+    """``text`` with the values of the AWS credential variables blanked out."""
+    for name in SECRET_VARIABLES:
+        value = os.environ.get(name, "")
+        if len(value) >= 4 and value in text:
+            text = text.replace(value, "***")
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that blanks credentials out of every record's text (a library's
+    error message could quote a request it made); installed by the command line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact(message)
+        if record.exc_info and record.exc_info[1] is not None:
+            exc_text = logging.Formatter().formatException(record.exc_info)
+            if redact(exc_text) != exc_text:
+                record.exc_info = None
+                clean += "\n" + redact(exc_text)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -59,6 +59,8 @@ logger = logging.getLogger(__name__)
 
 _NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 _MAX_ATTEMPTS = 100
+_UNREACHABLE_PAUSE_S = 10.0
+"""How long reads keep the last version seen without asking a store that did not answer."""
 _MIN_US = -(2**63)
 _MAX_US = 2**63 - 1
 
@@ -117,8 +119,17 @@ class DeltaLog:
             return False
         if self.poll_s and time.monotonic() - self._checked < self.poll_s:
             return True
-        if self._next_exists(snap.version):
-            return False
+        try:
+            if self._next_exists(snap.version):
+                return False
+        except Exception as exc:
+            if self.place.local:
+                raise
+            # the store cannot be asked: the version this process last saw stays the
+            # latest (its own commits advance it), asked again after a pause
+            logger.warning("%s: cannot look for a newer version: %s", self.label, exc)
+            self._checked = time.monotonic() + max(0.0, _UNREACHABLE_PAUSE_S - self.poll_s)
+            return True
         self._checked = time.monotonic()
         return True
 

@@ -10,6 +10,7 @@ import fcntl
 import logging
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 _TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 _TABLE_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_UNREACHABLE_PAUSE_S = 10.0
+"""How long the last listing of a tenant's tables stands after the store did not answer."""
 
 
 def check_name(kind: str, name: str) -> None:
@@ -69,6 +72,7 @@ class TableStore:
         self._metrics = metrics
         self._lock = threading.Lock()
         self._tables: dict[tuple[str, str], Table] = {}
+        self._listed: dict[str, tuple[float, list[str]]] = {}
 
     @classmethod
     def for_config(cls, cfg: Config, metrics: StorageMetrics = NOOP) -> TableStore:
@@ -194,7 +198,29 @@ class TableStore:
         return sorted(name for name in self._subdirs("") if _TENANT_RE.match(name))
 
     def tables(self, tenant: str) -> list[str]:
+        """The tenant's tables. In a bucket the listing is kept for ``poll_s`` (every
+        query asks), and while the store does not answer the last one stands, with the
+        tables this process opened."""
         check_name("tenant", tenant)
+        if self.location.is_local:
+            return self._list_tables(tenant)
+        now = time.monotonic()
+        with self._lock:
+            known = self._listed.get(tenant)
+            opened = {t for (owner, t) in self._tables if owner == tenant}
+        if known is not None and now - known[0] < max(self.poll_s, 0.001):
+            return sorted(set(known[1]) | opened)
+        try:
+            names = self._list_tables(tenant)
+        except StorageError as exc:
+            logger.warning("%s", exc)
+            names = known[1] if known is not None else []
+            now += _UNREACHABLE_PAUSE_S
+        with self._lock:
+            self._listed[tenant] = (now, names)
+        return sorted(set(names) | opened)
+
+    def _list_tables(self, tenant: str) -> list[str]:
         return sorted(
             name
             for name in self._subdirs(tenant)

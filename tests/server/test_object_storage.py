@@ -109,3 +109,101 @@ def test_a_server_on_s3_ingests_flushes_and_answers_through_its_cache(
     # the secret is nowhere the operator looks
     for text in (server.log(), again.log(), warm, history.stdout.decode(), history.stderr.decode()):
         assert SECRET_KEY not in text
+
+
+def _ingest(server: ServerProcess, seq: int, points: int = 200) -> httpx.Response:
+    body = payloads.metrics_request(
+        points=points, series=20, start_ns=BASE_NS + seq * 3_600_000_000_000, seed=seq
+    )
+    return httpx.post(
+        server.url + "/v1/metrics", content=body.SerializeToString(), headers=PB, timeout=60
+    )
+
+
+def _distinct_rows(url: str) -> tuple[int, int]:
+    table = DeltaTable(url, storage_options={"AWS_ALLOW_HTTP": "true"}).to_pyarrow_table(
+        columns=["series_id", "time_unix_nano", "metric_name"]
+    )
+    keys = set(
+        zip(
+            table.column("series_id").to_pylist(),
+            table.column("time_unix_nano").to_pylist(),
+            table.column("metric_name").to_pylist(),
+            strict=True,
+        )
+    )
+    return table.num_rows, len(keys)
+
+
+def test_the_store_failing_keeps_ingest_and_queries_going_and_loses_nothing(
+    start_server: ServerFactory, s3_url: str, s3_server: Any
+) -> None:
+    """503s, refused credentials, a slow store and an unreachable one: the WAL takes the
+    rows, queries see them, /readyz and /metrics say what is wrong; past the backlog cap
+    ingest is refused with a retryable status; afterwards every acknowledged row is in
+    the bucket exactly once."""
+    server = start_server(
+        env={
+            "SHOAL_STORAGE_URL": s3_url,
+            "SHOAL_FLUSH_MAX_AGE_S": "0.3",
+            "SHOAL_FLUSH_MAX_BYTES": "256KiB",
+            "SHOAL_BACKLOG_WAIT_S": "0",
+            "SHOAL_STORAGE_TIMEOUT_S": "2",
+            "SHOAL_STORAGE_POLL_S": "0.2",
+        }
+    )
+    acked = 0
+    seq = 0
+
+    def send() -> httpx.Response:
+        nonlocal acked, seq
+        seq += 1
+        answer = _ingest(server, seq)
+        if answer.status_code == 200:
+            acked += 200
+        return answer
+
+    assert send().status_code == 200
+    wait_for(lambda: committed_rows(f"{s3_url}/default/metrics") == acked)
+    assert sql_count(server) == acked  # the committed file now in the cache
+
+    for fault in ({"status": 503}, {"status": 403}, {"status": 500, "delay_s": 1.0}):
+        s3_server.fault(methods=["PUT"], **fault)
+        for _ in range(3):
+            assert send().status_code == 200  # acknowledged from the WAL
+        assert sql_count(server) == acked  # the unflushed rows answer queries
+        wait_for(lambda: "degraded: flushes failing" in httpx.get(server.url + "/readyz").text)
+        ready = httpx.get(server.url + "/readyz")
+        assert ready.status_code == 200 and SECRET_KEY not in ready.text
+        metrics = scrape(server)
+        assert metric_value(metrics, "shoal_flush_failing_seconds") > 0
+        assert metric_value(metrics, "shoal_flush_failures_total") > 0
+        s3_server.fault()
+        wait_for(lambda: "degraded" not in httpx.get(server.url + "/readyz").text)
+        wait_for(lambda: committed_rows(f"{s3_url}/default/metrics") == acked)
+
+    assert sql_count(server) == acked  # every committed file now in the cache
+    # unreachable: the process stops answering (requests hang until their time limit)
+    s3_server.pause()
+    try:
+        for _ in range(3):
+            assert send().status_code == 200
+        assert sql_count(server) == acked
+        # past the backlog cap (5 x flush_max_bytes), ingest is refused, retryably
+        refused = None
+        for _ in range(200):
+            answer = send()
+            if answer.status_code != 200:
+                refused = answer
+                break
+        assert refused is not None and refused.status_code in (429, 503)
+        assert "retry-after" in refused.headers
+        assert sql_count(server) == acked
+        assert "degraded: flushes failing" in httpx.get(server.url + "/readyz").text
+    finally:
+        s3_server.resume()
+    wait_for(lambda: committed_rows(f"{s3_url}/default/metrics") == acked, timeout=120)
+    rows, distinct = _distinct_rows(f"{s3_url}/default/metrics")
+    assert rows == distinct == acked  # every acknowledged row once
+    assert send().status_code == 200
+    assert SECRET_KEY not in server.log()
