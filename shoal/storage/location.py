@@ -63,6 +63,8 @@ class StorageLocation:
     """The directory (absolute), or ``bucket/prefix`` without a trailing slash."""
     endpoint: str = ""
     timeout_s: float = 30.0
+    region: str = ""
+    """Empty: from ``AWS_REGION`` / ``AWS_DEFAULT_REGION`` (else ``us-east-1``)."""
 
     @classmethod
     def parse(
@@ -110,18 +112,48 @@ class StorageLocation:
         """The filesystem path of a :meth:`uri`."""
         return uri[len("s3://") :] if uri.startswith("s3://") else uri
 
+    def __reduce__(self) -> tuple[type[StorageLocation], tuple[str, str, str, float, str]]:
+        """Pickled (shipped to a Spark task in another process or on another host) with
+        the endpoint and region this process uses, never a credential: the task reads
+        those from its own environment or profile, as the libraries do."""
+        return (
+            StorageLocation,
+            (self.kind, self.root, self._endpoint(), self.timeout_s, self._region()),
+        )
+
+    def _endpoint(self) -> str:
+        return "" if self.is_local else self.endpoint or os.environ.get("AWS_ENDPOINT_URL", "")
+
+    def _region(self) -> str:
+        if self.is_local:
+            return ""
+        env = os.environ
+        return self.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION", "")
+
+    def input(self, name: str) -> tuple[pafs.FileSystem, str]:
+        """The filesystem and path of an input file named by a local path or an
+        ``s3://bucket/key`` URL (a bucket reached like this location's, same endpoint)."""
+        if name.startswith("s3://"):
+            bucket = name[len("s3://") :].split("/", 1)[0]
+            other = dataclasses.replace(self, kind="s3", root=bucket, endpoint=self._endpoint())
+            return other.filesystem, name[len("s3://") :]
+        if "://" in name and not name.startswith("file://"):
+            raise StorageError(f"{name}: an input is a local path or an s3:// URL")
+        path = name[len("file://") :] if name.startswith("file://") else name
+        return pafs.LocalFileSystem(), str(Path(path).absolute())
+
     def storage_options(self) -> dict[str, str]:
         """delta-rs's options: the endpoint and timeouts (credentials from the environment)."""
         if self.is_local:
             return {}
         options = {"timeout": f"{max(1, round(self.timeout_s))}s"}
-        endpoint = self.endpoint or os.environ.get("AWS_ENDPOINT_URL", "")
+        endpoint = self._endpoint()
         if endpoint:
             options["AWS_ENDPOINT_URL"] = endpoint
             if endpoint.startswith("http://"):
                 options["AWS_ALLOW_HTTP"] = "true"
-        if not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
-            options["AWS_REGION"] = "us-east-1"
+        if self.region or not self._region():
+            options["AWS_REGION"] = self.region or "us-east-1"
         return options
 
     @functools.cached_property
@@ -134,13 +166,12 @@ class StorageLocation:
             "request_timeout": self.timeout_s,
             "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3),
         }
-        endpoint = self.endpoint or os.environ.get("AWS_ENDPOINT_URL", "")
+        endpoint = self._endpoint()
         if endpoint:
             parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
             kwargs["endpoint_override"] = parts.netloc
             kwargs["scheme"] = parts.scheme or "https"
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        kwargs["region"] = region or "us-east-1"
+        kwargs["region"] = self._region() or "us-east-1"
         try:
             return pafs.S3FileSystem(**kwargs)
         except Exception as exc:  # pyarrow's message names options, never their values
