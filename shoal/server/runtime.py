@@ -366,6 +366,7 @@ class ServerRuntime:
                     pin_s=float(self.config.query_timeout_s) * 2,
                 )
                 self.metrics.bind_storage_cache(files.stats)
+                store.keep_written(files.put)
             reader = TenantReader(store, self.unflushed, int(self.config.promql_cache_bytes), files)
             self.query_service = QueryService(reader, self.config)
             slices = reader.slices

@@ -7,6 +7,10 @@ and kept while it fits ``storage_cache_bytes``. A committed file never changes (
 name is new for every write), so a copy is never stale; only the Delta log is asked
 what the files are. Files of a table on local disk are handed as they are.
 
+The flusher's own files are kept as they are uploaded (:meth:`FileCache.put`): the
+first read after a flush downloads nothing, and a file committed while the store then
+went down can still be read.
+
 Bounded in bytes, least recently used out first, except a file used within the last
 ``pin_s`` (a query may still be opening it): the cache may stand over its bound
 until those are released, and a reader whose file was evicted anyway gets it fetched
@@ -26,6 +30,8 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+
+import pyarrow as pa
 
 from shoal.errors import StorageError
 from shoal.storage.location import StorageLocation
@@ -69,6 +75,8 @@ class FileCache:
         self.misses = 0
         self.fetched_bytes = 0
         self.evicted = 0
+        self.stored = 0
+        """Files kept as this process wrote them (:meth:`put`)."""
         if not location.is_local:
             self._adopt()
 
@@ -129,6 +137,34 @@ class FileCache:
                 self._fetch(f.path, key)
             out.append(dataclasses.replace(f, path=str(path)))
         return out
+
+    def put(self, uri: str, data: bytes | pa.Buffer) -> None:
+        """Keep a copy of a file this process has just written to the store under ``uri``.
+
+        Never fails the write: a copy that cannot be made is only a later download."""
+        if self.location.is_local:
+            return
+        key = self._key(uri)
+        target = self._path(key)
+        tmp = target.with_name(f"{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as out:
+                out.write(memoryview(data))
+            os.replace(tmp, target)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            logger.warning("cannot keep a copy of %s in the read cache: %s", uri, exc)
+            return
+        size = len(memoryview(data))
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.bytes -= old.size
+            self._entries[key] = _Entry(size, time.monotonic())
+            self.bytes += size
+            self.stored += 1
+        self._evict()
 
     def _fetch(self, uri: str, key: str) -> None:
         try:

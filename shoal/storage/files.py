@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -72,6 +72,8 @@ class TableFiles:
         self.spec = spec
         self.bucket_s = bucket_s
         self.label = label
+        self.summaries: Callable[[str, pa.Table], None] | None = None
+        """Told of each series summary written (the table's series index keeps it)."""
 
     def conform(self, data: pa.Table) -> pa.Table:
         return conform(data, self.spec.schema, self.label)
@@ -130,7 +132,9 @@ class TableFiles:
     def _describe(self, rel: str, piece: pa.Table) -> tuple[layout.FileStats, cov.Coverage]:
         """A file's series summary (written beside it), statistics and coverage."""
         if self.spec.index_columns:
-            series.write_summary(self.place, self.spec, rel, piece)
+            summary = series.write_summary(self.place, self.spec, rel, piece)
+            if self.summaries is not None:
+                self.summaries(rel, summary)
         return layout.compute_stats(piece, self.spec), self.compute_coverage(piece)
 
     def adopt(

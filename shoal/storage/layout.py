@@ -150,6 +150,7 @@ def write_to(table: pa.Table, place: Place, rel: str, spec: TableSpec) -> int:
     return place.write_parquet(
         rel,
         table,
+        keep=True,
         row_group_size=ROW_GROUP_ROWS,
         **writer_options(table.schema, spec.sort_columns),
     )

@@ -371,10 +371,11 @@ class DeltaLog:
     def _advance_snapshot(
         self, base: int, version: int, prepared: Sequence[PreparedFile], commit: Commit
     ) -> None:
-        """Derive the new snapshot from the old one after our own commit (no log reload)."""
-        old = self._latest
+        """Derive the new snapshot from the old one after our own commit (no log reload),
+        or with none to derive from, build it from the handle (in memory, no request)."""
+        old, self._checked = self._latest, time.monotonic()
         if old is None or old.version != base:
-            self._latest = None
+            self._latest = self._build_snapshot(self._dt)
             return
         gone = {self.place.full(r) for r in commit.removes}
         added = tuple(
@@ -389,7 +390,6 @@ class DeltaLog:
         )
         txn = commit.txn
         lsn = txn.version if txn is not None and txn.app_id == WAL_APP_ID else old.committed_lsn
-        self._checked = time.monotonic()
         self._latest = dataclasses.replace(
             old,
             version=version,

@@ -37,6 +37,9 @@ class Place:
         """The directory as delta-rs (and a reader's ScanFile) names it."""
         self.fs = location.filesystem
         self.storage_options = location.storage_options()
+        self.written: Callable[[str, pa.Buffer], None] | None = None
+        """Told of each data file uploaded to a bucket, by its :meth:`full` name and
+        bytes (the server's read cache keeps a copy); never pickled."""
 
     def __repr__(self) -> str:
         return f"Place({self.uri})"
@@ -145,11 +148,14 @@ class Place:
         if self.local:
             fsync_dir(self.path(rel_dir))
 
-    def write_parquet(self, rel: str, table: pa.Table, **options: Any) -> int:
+    def write_parquet(
+        self, rel: str, table: pa.Table, *, keep: bool = False, **options: Any
+    ) -> int:
         """Write ``table`` as a Parquet file (fsynced on local disk); returns its size.
 
         In a bucket the file is encoded in memory and sent with one PUT (or a
-        multipart upload for a large one), which lands whole or not at all."""
+        multipart upload for a large one), which lands whole or not at all; with
+        ``keep`` (a data file) its bytes then go to :attr:`written`."""
         if self.local:
             pq.write_table(table, self.path(rel), **options)
             fsync_file(self.path(rel))
@@ -158,6 +164,8 @@ class Place:
         pq.write_table(table, sink, **options)
         data = sink.getvalue()
         self._put(rel, data)
+        if keep and self.written is not None:
+            self.written(self.full(rel), data)
         return int(data.size)
 
     def write(

@@ -24,6 +24,7 @@ unreadable summary or checkpoint is rebuilt from the data files.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import threading
@@ -46,6 +47,8 @@ FIRST = "first_ns"
 LAST = "last_ns"
 CHECKPOINT = f"{layout.SERIES_DIR}/index.parquet"
 _COVERED = b"shoal.covered"
+_REMEMBERED = 256
+"""Summaries of just-written files kept for the next read (one flush round's worth)."""
 CHECKPOINT_EVERY = 8
 """Files merged since the last checkpoint before another is written."""
 
@@ -156,9 +159,11 @@ def _save(
     place.replace(rel, sink.getvalue().to_pybytes())
 
 
-def write_summary(place: Place, spec: TableSpec, rel: str, rows: pa.Table) -> None:
+def write_summary(place: Place, spec: TableSpec, rel: str, rows: pa.Table) -> pa.Table:
     """Write the summary of a data file's rows beside it (before the file is committed)."""
-    _save(place, layout.series_path(rel), summarize(rows, spec, index_schema(spec)))
+    summary = summarize(rows, spec, index_schema(spec))
+    _save(place, layout.series_path(rel), summary)
+    return summary
 
 
 def within(table: pa.Table, start_ns: int | None, end_ns: int | None) -> pa.Table:
@@ -194,11 +199,26 @@ class SeriesIndex:
         """The files of the last read, already added (the usual case: no flush since)."""
         self._lsn = 0
         self._unsaved = 0
+        self._written_lock = threading.Lock()
+        self._written: collections.OrderedDict[str, pa.Table] = collections.OrderedDict()
+        """Summaries this process wrote, by data file, until a read adds them: the
+        flusher's files join the index without reading the store back."""
+
+    def remember(self, rel: str, summary: pa.Table) -> None:
+        """Keep the summary just written for data file ``rel`` (the newest few)."""
+        with self._written_lock:
+            self._written[rel] = summary
+            while len(self._written) > _REMEMBERED:
+                self._written.popitem(last=False)
 
     # -- files ------------------------------------------------------------------
 
     def _summary_of(self, file: ScanFile) -> pa.Table:
         rel = self.place.rel(file.path)
+        with self._written_lock:
+            written = self._written.pop(rel, None)
+        if written is not None:
+            return written
         path = layout.series_path(rel)
         try:
             return _read(self.place, path).cast(self.schema)

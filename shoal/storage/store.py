@@ -11,10 +11,11 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pyarrow as pa
 from deltalake import DeltaTable
 from pyarrow import fs as pafs
 
@@ -73,6 +74,15 @@ class TableStore:
         self._lock = threading.Lock()
         self._tables: dict[tuple[str, str], Table] = {}
         self._listed: dict[str, tuple[float, list[str]]] = {}
+        self._written: Callable[[str, pa.Buffer], None] | None = None
+
+    def keep_written(self, written: Callable[[str, pa.Buffer], None]) -> None:
+        """Hand every data file this process uploads to ``written`` (the read cache's
+        ``put``), for the tables open now and those opened later."""
+        with self._lock:
+            self._written = written
+            for table in self._tables.values():
+                table.place.written = written
 
     @classmethod
     def for_config(cls, cfg: Config, metrics: StorageMetrics = NOOP) -> TableStore:
@@ -93,7 +103,9 @@ class TableStore:
         """The directory (or bucket prefix) of ``tenant/table``."""
         check_name("tenant", tenant)
         check_name("table", table)
-        return Place(self.location, tenant, table)
+        place = Place(self.location, tenant, table)
+        place.written = self._written
+        return place
 
     def table_path(self, tenant: str, table: str) -> Path:
         """The directory of ``tenant/table`` on local disk."""

@@ -81,6 +81,8 @@ class Table:
         self.files = TableFiles(place, spec, bucket_s, self.label)
         self._coverage = CoverageIndex(self.files)
         self._series = SeriesIndex(place, spec, self.label) if spec.index_columns else None
+        if self._series is not None:
+            self.files.summaries = self._series.remember
 
     @property
     def path(self) -> Path:

@@ -9,6 +9,7 @@ never show in the log, /metrics, errors or ``shoal table history``.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -67,12 +68,10 @@ def test_a_server_on_s3_ingests_flushes_and_answers_through_its_cache(
     assert sql_count(server) == POINTS  # acknowledged: visible at once, from the WAL side
     wait_for(lambda: committed_rows(f"{s3_url}/default/metrics") == POINTS)
     assert not (server.data_dir / "tenants").exists()  # the tables are in the bucket
-    # cold, then warm: both right, the second from local copies
-    assert sql_count(server) == POINTS
-    cold = scrape(server)
-    assert metric_value(cold, "shoal_storage_cache_reads", result="miss") >= 1
+    # the flusher kept a copy of what it uploaded: the first read downloads nothing
     assert sql_count(server) == POINTS
     warm = scrape(server)
+    assert metric_value(warm, "shoal_storage_cache_reads", result="miss") == 0
     assert metric_value(warm, "shoal_storage_cache_reads", result="hit") >= 1
     assert metric_value(warm, "shoal_storage_cache_bytes") > 0
     assert list((server.data_dir / "cache").rglob("*.parquet"))
@@ -93,10 +92,14 @@ def test_a_server_on_s3_ingests_flushes_and_answers_through_its_cache(
     ) as conn:
         (n,) = conn.execute("SELECT count(*) FROM metrics").fetchone() or (0,)
     assert n == POINTS
-    # restart: nothing to replay, the rows are found in the bucket
+    # restart with an empty cache: nothing to replay, the rows are fetched from the bucket
     assert server.terminate() == 0
+    shutil.rmtree(server.data_dir / "cache")
     again = start_server(data_dir=server.data_dir, env=server.extra_env)
     assert sql_count(again) == POINTS
+    assert metric_value(scrape(again), "shoal_storage_cache_reads", result="miss") >= 1
+    assert sql_count(again) == POINTS
+    assert metric_value(scrape(again), "shoal_storage_cache_reads", result="hit") >= 1
     history = subprocess.run(
         [sys.executable, "-m", "shoal.cli", "table", "history", "--table", "metrics"],
         env={**os.environ, **server.extra_env, "SHOAL_DATA_DIR": str(server.data_dir)},
@@ -109,6 +112,37 @@ def test_a_server_on_s3_ingests_flushes_and_answers_through_its_cache(
     # the secret is nowhere the operator looks
     for text in (server.log(), again.log(), warm, history.stdout.decode(), history.stderr.decode()):
         assert SECRET_KEY not in text
+
+
+def test_a_flushed_file_never_read_is_read_while_the_store_is_down(
+    start_server: ServerFactory, s3_url: str, s3_server: Any
+) -> None:
+    """The flusher's copy in the read cache answers a query when the store answers nothing."""
+    server = start_server(
+        env={
+            "SHOAL_STORAGE_URL": s3_url,
+            "SHOAL_FLUSH_MAX_AGE_S": "0.3",
+            "SHOAL_STORAGE_TIMEOUT_S": "2",
+        }
+    )
+    body = payloads.metrics_request(points=POINTS, series=100, start_ns=BASE_NS)
+    answer = httpx.post(server.url + "/v1/metrics", content=body.SerializeToString(), headers=PB)
+    assert answer.status_code == 200
+    wait_for(lambda: committed_rows(f"{s3_url}/default/metrics") == POINTS)
+    wait_for(lambda: metric_value(scrape(server), "shoal_snapshot_rows") == 0)
+    s3_server.fault(status=503)  # every request refused from now on
+    assert sql_count(server) == POINTS
+    metrics = scrape(server)
+    assert metric_value(metrics, "shoal_storage_cache_reads", result="miss") == 0
+    names = httpx.get(server.url + "/api/v1/label/__name__/values", timeout=30).json()["data"]
+    at = BASE_NS / 1e9 + 60
+    result = httpx.get(
+        server.url + "/api/v1/query",
+        params={"query": f'sum(count_over_time({{__name__="{names[0]}"}}[1h]))', "time": at},
+        timeout=30,
+    ).json()
+    assert result["status"] == "success", result
+    assert float(result["data"]["result"][0]["value"][1]) == POINTS / 8
 
 
 def _ingest(server: ServerProcess, seq: int, points: int = 200) -> httpx.Response:
