@@ -145,15 +145,19 @@ class Load:
 
 
 def _job(tmp_path: Path, url: str, s3_url: str, *args: str, **env: str) -> str:
-    done = subprocess.run(
-        shoal_cmd(*args, "--master", url),
-        env=child_env(tmp_path / "jobs", SHOAL_STORAGE_URL=s3_url, **env),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
-    return done.stdout
+    # output to a file, not a pipe: a process the job leaves behind cannot hold it open
+    out = tmp_path / f"job-{args[0]}-{time.monotonic_ns()}.log"
+    with out.open("w") as sink:
+        done = subprocess.run(
+            shoal_cmd(*args, "--master", url),
+            env=child_env(tmp_path / "jobs", SHOAL_STORAGE_URL=s3_url, **env),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+        )
+    text = out.read_text()
+    assert done.returncode == 0, text[-4000:]
+    return text
 
 
 def _bucket(url: str, version: int | None = None) -> DeltaTable:
@@ -199,9 +203,11 @@ def test_the_jobs_on_a_cluster_against_the_bucket_while_the_server_ingests(
     ).start()
     try:
         with Load(server, start_ns) as load:
+            deadline = time.monotonic() + 120
             while load.acked < 20 * POINTS:  # a few flushes: several small files per hour
                 time.sleep(0.5)
                 assert not load.problems, load.problems
+                assert time.monotonic() < deadline
             # history to import, from the bucket: one file older than the retention
             # (30 days), one inside it
             location = StorageLocation.parse(s3_url, tmp_path)
@@ -229,9 +235,11 @@ def test_the_jobs_on_a_cluster_against_the_bucket_while_the_server_ingests(
             assert re.search(r"dropped \d+ files, 300 rows", dropped), dropped
             vacuumed = _job(tmp_path, url, s3_url, "vacuum")  # the default window: nothing yet
             assert "deleted 0 files" in vacuumed, vacuumed
-            sent = load.sent
-            while load.sent < sent + 10:  # ingest goes on after the jobs
+            sent, deadline = load.sent, time.monotonic() + 60
+            while load.sent < sent + 10 and time.monotonic() < deadline:  # ingest goes on
+                assert not load.problems, load.problems
                 time.sleep(0.5)
+            assert load.sent >= sent + 10
         assert not load.problems, load.problems
         assert load.queries >= 20
         # everything flushed, then the removed files deleted (a window of 0 hours is safe
