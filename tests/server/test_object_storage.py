@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 from deltalake import DeltaTable
 
 from loadtest import payloads
@@ -169,6 +170,7 @@ def _distinct_rows(url: str) -> tuple[int, int]:
     return table.num_rows, len(keys)
 
 
+@pytest.mark.slow  # over a minute: four faults, each waited out (make test-slow)
 def test_the_store_failing_keeps_ingest_and_queries_going_and_loses_nothing(
     start_server: ServerFactory, s3_url: str, s3_server: Any
 ) -> None:
