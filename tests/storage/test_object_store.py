@@ -6,6 +6,7 @@ puts) and pyarrow's S3 filesystem (data, coverage and series files).
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import random
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -192,3 +194,54 @@ def test_a_file_url_puts_the_tables_in_that_directory(tmp_path: Path, url: str) 
     assert not (tmp_path / "data" / "tenants").exists()
     assert DeltaTable(str(root / "acme" / "logs")).to_pyarrow_table().num_rows == 20
     assert pa.types.is_timestamp(table.spec.schema.field("timestamp").type)
+
+
+def _days_back(table: pa.Table, days: int) -> pa.Table:
+    at = table.schema.get_field_index("timestamp")
+    moved = pc.subtract(table.column(at), pa.scalar(dt.timedelta(days=days)))
+    return table.set_column(at, table.schema.field(at), moved)
+
+
+def test_shoal_import_appends_local_files_to_a_table_in_the_bucket(
+    tmp_path: Path, s3_url: str
+) -> None:
+    """``shoal import`` (no Spark) into a bucket table: a file of the table's exact schema
+    is copied as it is, another rewritten; an overlap is refused and changes nothing."""
+    data = tmp_path / "data"
+    store = s3_store(tmp_path, s3_url)
+    table = store.open("acme", "logs")
+    live = random_logs(random.Random(6), 50, first_id=0, hours=1)
+    table.flush(live, 1)
+    history = random_logs(random.Random(7), 80, first_id=1000, hours=2)
+    shifted = _days_back(history, 1)
+    exact = tmp_path / "exact.parquet"
+    pq.write_table(shifted, exact)
+    loose = tmp_path / "loose.parquet"  # another column order: rewritten
+    later = random_logs(random.Random(8), 30, first_id=2000, hours=1)
+    moved = _days_back(later, 2)
+    pq.write_table(moved.select(list(reversed(moved.column_names))), loose)
+    env = {**os.environ, "SHOAL_DATA_DIR": str(data), "SHOAL_STORAGE_URL": s3_url}
+
+    def run(*files: Path) -> subprocess.CompletedProcess[str]:
+        args = ["import", *map(str, files), "--tenant", "acme", "--table", "logs"]
+        return subprocess.run(
+            [sys.executable, "-m", "shoal.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    done = run(exact, loose)
+    assert done.returncode == 0, done.stderr
+    assert "110 rows imported" in done.stdout
+    rows = delta(f"{s3_url}/acme/logs").to_pyarrow_table()
+    assert sorted(rows.column("body").to_pylist()) == sorted(
+        [*live.column("body").to_pylist(), *shifted.column("body").to_pylist(),
+         *moved.column("body").to_pylist()]
+    )  # fmt: skip
+    assert not (data / "tenants").exists()
+    version = s3_store(tmp_path, s3_url).open("acme", "logs").snapshot().version
+    again = run(exact)  # the same minutes again: refused, nothing committed
+    assert again.returncode != 0 and "overlaps existing data" in again.stderr
+    assert s3_store(tmp_path, s3_url).open("acme", "logs").snapshot().version == version
