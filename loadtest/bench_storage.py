@@ -65,15 +65,17 @@ def _requests(s3: S3Server, before: dict[str, int]) -> str:
     return f"{kinds} (${_cost(counts):.4f})"
 
 
-def flush_phase(s3: S3Server, local: TableStore, bucket: TableStore, points: int) -> None:
-    print(f"\n## Flush: {points:,} points in 24 hourly flushes\n")
+def flush_phase(
+    s3: S3Server, local: TableStore, bucket: TableStore, points: int, flushes: int
+) -> None:
+    print(f"\n## Flush: {points:,} points in {flushes} flushes of an hour each\n")
     print("| where | seconds | rows/s | requests |\n|---|---|---|---|")
-    per_hour = points // 24
+    per_hour = points // flushes
     hours = [
         bench_query.points(
             per_hour, bench_query.START_US + h * bench_query.HOUR_US, bench_query.HOUR_US, h
         )
-        for h in range(24)
+        for h in range(flushes)
     ]
     for name, store in (("local disk", local), ("bucket", bucket)):
         before = s3.stats()
@@ -83,7 +85,7 @@ def flush_phase(s3: S3Server, local: TableStore, bucket: TableStore, points: int
             table.flush(rows, lsn)
         took = time.perf_counter() - started
         shown = _requests(s3, before) if name == "bucket" else "-"
-        print(f"| {name} | {took:.2f} | {per_hour * 24 / took:,.0f} | {shown} |", flush=True)
+        print(f"| {name} | {took:.2f} | {per_hour * flushes / took:,.0f} | {shown} |", flush=True)
 
 
 def append_phase(s3: S3Server, local: TableStore, bucket: TableStore, days: int, rows: int) -> None:
@@ -209,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=5)
     parser.add_argument("--day-rows", type=int, default=300_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--flushes", type=int, default=24, help="the flush phase's flushes")
+    parser.add_argument(
+        "--phases", default="flush,append,queries", help="which of flush,append,queries to run"
+    )
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="shoal-bench-storage-"))
     s3 = S3Server(free_port(), log=work / "s3.log").start()
@@ -218,8 +224,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         local = TableStore(work / "local")
         bucket = TableStore(work / "bucket", location=StorageLocation.parse(url, work / "bucket"))
-        flush_phase(s3, local, bucket, args.sql_points)
-        append_phase(s3, local, bucket, args.days, args.day_rows)
+        phases = set(args.phases.split(","))
+        if "flush" in phases or "queries" in phases:  # the queries read the flushed table
+            flush_phase(s3, local, bucket, args.sql_points, args.flushes)
+        if "append" in phases:
+            append_phase(s3, local, bucket, args.days, args.day_rows)
+        if "queries" not in phases:
+            return 0
         # the PromQL benchmark's data, by OTLP, into both servers
         pair.start()
         end_ms = int(time.time() * 1000) // 60_000 * 60_000
