@@ -247,7 +247,7 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         _parse_non_negative_int,
         "Worker processes that decode ingest requests (OTLP and remote write) beside the "
-        "server process, which keeps the WAL, the snapshot and the queries; 0 decodes on a "
+        "server process, which keeps the WAL, the unflushed rows and the queries; 0 decodes on a "
         "thread of the server process (one core for all interpreter work).",
     ),
     Setting(
@@ -279,14 +279,14 @@ SETTINGS: tuple[Setting, ...] = (
         "flush_max_bytes",
         64 * MiB,
         _parse_size,
-        "Flush the in-memory snapshot to Parquet when it holds this many bytes (each "
+        "Flush the unflushed rows to Parquet when they hold this many bytes (each "
         "request counted as the length of its rows as an Arrow IPC stream).",
     ),
     Setting(
         "flush_max_age_s",
         60.0,
         _parse_positive_float,
-        "Flush the in-memory snapshot when its oldest record is this old.",
+        "Flush the unflushed rows when their oldest record is this old.",
     ),
     Setting(
         "coverage_bucket_s",

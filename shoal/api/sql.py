@@ -3,8 +3,8 @@
 The body of a POST is the SQL text, or JSON ``{"query": "..."}``. Query
 parameters: ``format`` (json, csv, ndjson, arrow), ``as_of_version`` or
 ``as_of`` (time travel over the committed Parquet, without the unflushed
-snapshot). GET answers carry an ``ETag`` built from the versions of the
-tables the query reads and the snapshot's LSN; a matching ``If-None-Match``
+rows). GET answers carry an ``ETag`` built from the versions of the
+tables the query reads and the unflushed rows' last LSN; a matching ``If-None-Match``
 gets 304 without running the query.
 
 Errors are JSON ``{"error": ..., "limit": ...}``: 400 for a bad query or a

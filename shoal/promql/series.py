@@ -65,7 +65,7 @@ def _series_order(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Row order by (name, series id, time), stable; and code, sid and tns in that order.
 
-    Rows come as runs already in that order (each file's rows, the snapshot's), so the
+    Rows come as runs already in that order (each file's rows, the unflushed rows'), so the
     rows are cut into segments (a series' rows within one run) and only the segments
     are sorted, by (name, series id, first time): a few per series instead of a row
     each. The result is checked, and only rows that came in another order (two runs

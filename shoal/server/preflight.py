@@ -40,10 +40,10 @@ BASELINE_RSS_BYTES = 450 * MiB
 docs/benchmarks.md "Footprint"), with room for more tables and allocator slack."""
 
 UNFLUSHED_LIMIT_FLUSHES = 5
-"""Ingest is held back, then refused (retryably), while the snapshot holds more than
+"""Ingest is held back, then refused (retryably), while the unflushed rows hold more than
 this many ``flush_max_bytes``: the flusher has fallen behind, and memory must stay
 bounded. A round writes one ``flush_max_bytes`` while the next arrives, so at full
-ingest speed the snapshot holds two to three of them; at three, senders were held back
+ingest speed the unflushed rows hold two to three of them; at three, senders were held back
 or refused several times a second (docs/rationale.md)."""
 
 DECODE_PROCESS_BYTES = 224 * MiB

@@ -2,7 +2,7 @@
 
 Order of startup: listeners come up first (``/healthz`` answers, ingest gets
 503 and ``/readyz`` says not ready), then the tables are opened, the WAL is
-opened and replayed into the snapshot past each table's committed LSN, the
+opened and replayed into the unflushed rows past each table's committed LSN, the
 flusher starts, and ingest opens (``/readyz`` 200).
 
 SIGTERM/SIGINT: ingest answers 503 / UNAVAILABLE, admitted requests finish,

@@ -2,7 +2,7 @@
 
 The core layers report through small protocols with no-op defaults; this is
 the one place that adapts them to prometheus_client. Gauges that describe
-state (queue depth, snapshot size, WAL size, RSS) are computed on scrape.
+state (queue depth, the unflushed rows' size, WAL size, RSS) are computed on scrape.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ _FAMILIES: tuple[_Family, ...] = (
         Counter,
         "shoal_ingest_queue_overflow_total",
         "Requests refused because the ingest queue was full, per bound hit (requests, bytes, "
-        "or snapshot: the flusher is behind).",
+        "or snapshot: the unflushed rows are over their cap, the flusher is behind).",
         ("reason",),
     ),
     _Family(
@@ -236,7 +236,7 @@ _FAMILIES: tuple[_Family, ...] = (
         "snapshot_oldest_age",
         Gauge,
         "shoal_snapshot_oldest_age_seconds",
-        "Age of the oldest record in the snapshot.",
+        "Age of the oldest unflushed record.",
         (),
     ),
     _Family(

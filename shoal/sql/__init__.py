@@ -1,4 +1,4 @@
-"""shoal.sql: tenant-scoped, read-only SQL over the WAL snapshot and committed Parquet.
+"""shoal.sql: tenant-scoped, read-only SQL over the unflushed rows and committed Parquet.
 
 ``QueryService(reader, config)`` is what the server puts on
 ``app.state.query_service``; see :mod:`shoal.sql.service`.

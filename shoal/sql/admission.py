@@ -2,7 +2,7 @@
 over the memory it is given.
 
 Each query has its own pool (``query_memory_bytes``), but pools are per query: several at
-once, on top of the ingest snapshot and the interpreter, can add up to more than the
+once, on top of the unflushed rows and the interpreter, can add up to more than the
 machine or the service's cgroup allows, and the kernel would then kill the whole server.
 Before a query starts, the gate checks that the process's resident memory plus one more
 pool still fits the budget: the ``memory_limit_bytes`` setting, or else the memory limit

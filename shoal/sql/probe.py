@@ -6,10 +6,10 @@ table's schema. DataFusion pushes the query's filters into those scans as it
 would into the real ones, and :func:`shoal.sql.prune.table_reads` reads
 from them the time bounds and whether anything else filters the table. The
 real session then loads only what can meet those bounds: the committed
-files whose time statistics meet them and the snapshot batches whose time
+files whose time statistics meet them and the unflushed batches whose time
 range does. So a query is planned once over
 exactly what it reads, and a one-hour query far from the unflushed rows
-does not touch the snapshot at all.
+does not touch the unflushed rows at all.
 
 The probe is a small part of a query's planning (docs/benchmarks.md); a
 query that names no table's time column skips it.

@@ -6,7 +6,7 @@ file of a day, one partition reads it while the other idles. Given an
 optimized logical plan (the probe's, :mod:`shoal.sql.probe`), this module
 finds, for every scan of a table, the bounds its pushed-down filters put on
 the table's time column and whether anything else filters it; the session
-then loads only the files and snapshot batches inside those bounds, and the
+then loads only the files and unflushed batches inside those bounds, and the
 remaining files are split across partitions by byte range.
 
 Only conjuncts of the form ``time <op> literal`` (either side, ``<``, ``<=``,

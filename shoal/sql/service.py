@@ -292,7 +292,7 @@ class QueryService:
         try:
             only = prepared.tables_read
             # how each table is read (time range, other filters), from a plan over stand-ins
-            # (see probe), so that the one real plan covers only the files and snapshot
+            # (see probe), so that the one real plan covers only the files and unflushed
             # batches in that range and reads them the cheapest way
             reads = session.reads(prepared.view, prepared.sql, only)
             ctx = session.load(
@@ -352,7 +352,7 @@ class QueryService:
             if released:
                 return
             released = True
-            # Deregistering a session's tables drops the snapshot batches it imported
+            # Deregistering a session's tables drops the unflushed batches it imported
             # (about half a millisecond for a few dozen small batches): a worker thread
             # does it, so the response about to be sent does not wait for it. The
             # concurrency slot frees once it is done.

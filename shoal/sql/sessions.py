@@ -4,7 +4,7 @@ Each query gets its own :class:`datafusion.SessionContext` with its own
 memory pool (a fair spill pool of ``query_memory_bytes``). In it, each table
 of the tenant is a view: the UNION ALL of its committed Parquet files, read
 natively (so DataFusion prunes files and row groups with Parquet statistics
-and pushes projections and filters into the scan), and the snapshot's record
+and pushes projections and filters into the scan), and the unflushed rows' record
 batches. Both sides have exactly the frozen schema, so no cast sits between a
 filter and the scan.
 
@@ -19,7 +19,7 @@ Each chunk's scan carries a name of its own (``shoal_files_<key>``, never
 registered in a tenant's session), so a scan in a plan maps back to its table.
 Before a query's tables are loaded, :mod:`shoal.sql.probe` plans it over
 stand-ins to learn the time range it reads each table in; the session then
-loads only the files and snapshot batches in that range, and chooses whether
+loads only the files and unflushed batches in that range, and chooses whether
 the Parquet scans filter with pushdown (:func:`wants_pushdown`).
 """
 
@@ -192,16 +192,16 @@ def register_tables(
     only: Iterable[str] | None = None,
     reads: Mapping[str, TableRead] | None = None,
 ) -> tuple[list[str], dict[str, tuple[str, str]], dict[str, int]]:
-    """Register the tenant's tables in ``ctx``, each Parquet UNION ALL snapshot.
+    """Register the tenant's tables in ``ctx``, each Parquet UNION ALL the unflushed rows.
 
     ``only`` limits registration to the tables a query names (it can read no others);
     by default every table of the tenant is registered. ``reads`` says how the query
     reads each table (see :mod:`shoal.sql.probe`): a table read within time bounds
-    gets only the committed files and snapshot batches whose time range meets them, and
+    gets only the committed files and unflushed batches whose time range meets them, and
     when nothing but those bounds filters it and every file lies inside them, its files
     are read without Parquet filter pushdown (see :func:`wants_pushdown`). Returns the
     names registered, per scan of committed files its table and time column, and per
-    table the rows loaded (files and snapshot batches, an upper bound of what it reads).
+    table the rows loaded (files and unflushed batches, an upper bound of what it reads).
     """
     wanted = None if only is None else set(only)
     names: list[str] = []
@@ -232,7 +232,7 @@ def register_tables(
             owners.update((scan, (name, table.time_column)) for scan in parquet[1])
         if coalescer is not None and not table.batches and view.as_of is None:
             coalescer.forget(view.tenant, name)  # all flushed: keep no copies of its rows
-        frames.extend(_snapshot_frames(ctx, view.tenant, table, coalescer, limit))
+        frames.extend(_unflushed_frames(ctx, view.tenant, table, coalescer, limit))
         if not frames:
             frames.append(ctx.read_batches([pa.RecordBatch.from_pylist([], schema=table.schema)]))
         frame = frames[0]
@@ -251,14 +251,14 @@ def _local(view: TenantView, table: TableInput, files: Sequence[ScanFile]) -> li
         raise QueryError(f"{table.name} (version {table.version}): {exc}") from None
 
 
-def _snapshot_frames(
+def _unflushed_frames(
     ctx: SessionContext,
     tenant: str,
     table: TableInput,
     coalescer: BatchCoalescer | None,
     bounds: Bounds | None = None,
 ) -> list[DataFrame]:
-    """The snapshot's batches of ``table`` as frames of ``ctx``: one per run length of
+    """The unflushed batches of ``table`` as frames of ``ctx``: one per run length of
     complete LSN runs (its DataFusion table made once per change, kept with the level)
     and one for the rest. Levels and batches whose time range misses ``bounds`` are left
     out."""
@@ -288,7 +288,7 @@ def _snapshot_frames(
 
 
 SMALL_LOOSE_ROWS = 65_536
-"""Up to this many rows, the loose snapshot batches a query reads are joined into one."""
+"""Up to this many rows, the loose unflushed batches a query reads are joined into one."""
 
 
 def few_batches(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
@@ -310,7 +310,7 @@ def few_batches(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
 
 
 _RUN_BUILDER = SessionContext(session_config())
-"""Builds the cached DataFusion tables of snapshot levels (never runs a query)."""
+"""Builds the cached DataFusion tables of the unflushed rows' levels (never runs a query)."""
 
 
 def wants_pushdown(read: TableRead | None, files: Sequence[ScanFile]) -> bool:

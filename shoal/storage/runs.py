@@ -1,6 +1,6 @@
-"""Fewer, larger snapshot batches for DataFusion.
+"""Fewer, larger batches of the unflushed rows for DataFusion.
 
-The snapshot holds one small record batch per acknowledged request, and
+The unflushed rows are one small record batch per acknowledged request, and
 handing a batch to DataFusion costs the same however small it is: with
 thousands of requests between flushes that would dominate a query. So the
 batches of each complete run of consecutive LSNs (:data:`LSN_SPANS`, in
@@ -8,9 +8,9 @@ levels: runs of 16, 256 and 4096 LSNs) are concatenated once and the result
 is reused by every later query while that run is unchanged.
 
 A run is combined only once it is complete: the table already holds a batch
-of a later run, and the snapshot appends in LSN order, so no batch can still
+of a later run, and the unflushed rows grow in LSN order, so no batch can still
 join it. The newest 16-LSN run is passed as it is. The cost is one copy of the
-combined rows while they stay in the snapshot (at most ``flush_max_bytes``).
+combined rows while they stay unflushed (at most ``flush_max_bytes``).
 
 A run becomes several batches of at most :data:`MAX_BATCH_ROWS` rows, each a
 copy with buffers of its own, never one huge batch nor slices of one: a map
@@ -86,7 +86,7 @@ class Run:
 
 
 class Level:
-    """All complete runs of one length in a table's snapshot, and what a caller made of them.
+    """All complete runs of one length in a table's unflushed rows, and what a caller made of them.
 
     ``derived`` holds one object made from ``batches``: the query engine keeps its
     DataFusion table of the level there, so batches are handed to DataFusion once
@@ -116,7 +116,7 @@ class Level:
 
 class Loose:
     """The batches of no complete run (the newest), as they are, with their time ranges
-    computed once while the table's snapshot is unchanged."""
+    computed once while the table's unflushed rows are unchanged."""
 
     __slots__ = ("_ranges", "batches")
 
@@ -239,7 +239,7 @@ class BatchCoalescer:
         return list(out), loose
 
     def forget(self, tenant: str, table: str) -> None:
-        """Drop everything kept for a table whose snapshot is now empty (all flushed)."""
+        """Drop everything kept for a table with no unflushed rows left."""
         with self._lock:
             if self._last.pop((tenant, table), None) is None and not any(
                 k[0] == tenant and k[1] == table for k in self._levels
@@ -250,7 +250,7 @@ class BatchCoalescer:
         self._forget(tenant, table, set())
 
     def _forget(self, tenant: str, table: str, live: set[_Key]) -> None:
-        """Drop runs of this table that the snapshot no longer holds (flushed)."""
+        """Drop runs of this table that are no longer unflushed (flushed)."""
         with self._lock:
             stale = [k for k in self._cache if k[0] == tenant and k[1] == table and k not in live]
             for key in stale:

@@ -12,9 +12,9 @@ newest LSNs, per batch, sorted by series and time like a file's, and kept alike.
 :func:`read_metrics` returns exactly the rows that
 ``SELECT <columns> FROM metrics WHERE metric_name IN (<names>) AND time_unix_nano >=
 start AND time_unix_nano < end`` returns over the same view: every row once, from a
-file or from the snapshot (:func:`~shoal.storage.view.collect_view`). ``metric_name``
+file or from the unflushed rows (:func:`~shoal.storage.view.collect_view`). ``metric_name``
 comes back dictionary-encoded; each file's slice keeps the file's row order (by
-series, then time, as the flusher and compaction write it), and so does each snapshot
+series, then time, as the flusher and compaction write it), and so does each unflushed
 part.
 """
 
@@ -42,7 +42,7 @@ PACK_MIN_ROWS = 256
 the same few calls whatever the size."""
 
 _Key = tuple[object, str, tuple[str, ...]]
-"""(a file's path, or a snapshot run's identity), a metric name, the columns."""
+"""(a file's path, or an unflushed run's identity), a metric name, the columns."""
 
 
 class FileSlices:
@@ -177,7 +177,7 @@ def _kept(
     columns: tuple[str, ...],
     decode: Callable[[list[str]], dict[str, pa.Table]],
 ) -> list[pa.Table]:
-    """Each of ``names``' rows in one file or snapshot run (``where``): kept, or decoded
+    """Each of ``names``' rows in one file or unflushed run (``where``): kept, or decoded
     (all missing names at once) and kept."""
     found = {n: slices.get((where, n, columns)) for n in names}
     missing = [n for n, rows in found.items() if rows is None]
