@@ -251,7 +251,9 @@ class ServerRuntime:
     def open_storage(self) -> tuple[TableStore, Wal]:
         """Open the tables and the WAL, and replay the WAL into the unflushed rows."""
         started = time.perf_counter()
-        store = self.store = TableStore.for_config(self.config, StorageMetricsAdapter(self.metrics))
+        store = self.store = TableStore.for_config(
+            self.config, StorageMetricsAdapter(self.metrics), background=True
+        )
         committed: dict[tuple[str, str], int] = {}
         for tenant in store.tenants():
             for table in store.tables(tenant):

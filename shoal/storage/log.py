@@ -51,6 +51,7 @@ from shoal.storage import coverage as cov
 from shoal.storage import layout
 from shoal.storage.commit import Commit, PreparedFile
 from shoal.storage.durable import fsync_dir, fsync_file
+from shoal.storage.freshness import Watch
 from shoal.storage.place import Place
 from shoal.storage.reporting import NOOP, StorageMetrics
 from shoal.storage.types import WAL_APP_ID, CommitResult, HistoryEntry, ScanFile, TableSnapshot
@@ -59,8 +60,6 @@ logger = logging.getLogger(__name__)
 
 _NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 _MAX_ATTEMPTS = 100
-_UNREACHABLE_PAUSE_S = 10.0
-"""How long reads keep the last version seen without asking a store that did not answer."""
 _MIN_US = -(2**63)
 _MAX_US = 2**63 - 1
 
@@ -80,18 +79,18 @@ class DeltaLog:
         checkpoint_interval: int,
         metrics: StorageMetrics = NOOP,
         poll_s: float = 0.0,
+        background: bool = False,
     ) -> None:
         self.tenant = tenant
         self.place = place
         self.spec = spec
         self.label = f"{tenant}/{spec.name}"
         self.checkpoint_interval = checkpoint_interval
-        self.poll_s = poll_s
         self._metrics = metrics
         self._lock = threading.RLock()
         self._dt = self._open()
         self._latest: TableSnapshot | None = None
-        self._checked = 0.0
+        self._watch = Watch(self.label, poll_s, background=background, tolerant=not place.local)
         """When the store was last asked for a newer version than ``_latest``."""
 
     def _open(self) -> DeltaTable:
@@ -110,28 +109,22 @@ class DeltaLog:
         """Bring the handle to the latest version (one ``stat`` when nothing changed)."""
         if self._next_exists(self._dt.version()):
             self._dt.update_incremental()
-        self._checked = time.monotonic()
+        self._watch.seen()
 
     def _fresh(self, snap: TableSnapshot | None) -> bool:
-        """Whether ``snap`` is still the latest version: trusted for ``poll_s`` after the
-        last look (a table in a bucket), else one look at the next version's entry."""
-        if snap is None:
-            return False
-        if self.poll_s and time.monotonic() - self._checked < self.poll_s:
-            return True
-        try:
-            if self._next_exists(snap.version):
-                return False
-        except Exception as exc:
-            if self.place.local:
-                raise
-            # the store cannot be asked: the version this process last saw stays the
-            # latest (its own commits advance it), asked again after a pause
-            logger.warning("%s: cannot look for a newer version: %s", self.label, exc)
-            self._checked = time.monotonic() + max(0.0, _UNREACHABLE_PAUSE_S - self.poll_s)
-            return True
-        self._checked = time.monotonic()
-        return True
+        """Whether ``snap`` may be read as the latest version (one look on local disk;
+        for a bucket see :mod:`shoal.storage.freshness`). The version this process saw
+        last stays the latest while the store does not answer (its own commits advance
+        it)."""
+        return snap is not None and self._watch.fresh(
+            lambda: self._next_exists(snap.version), lambda: self._load_newer(snap.version)
+        )
+
+    def _load_newer(self, version: int) -> None:
+        with self._lock:
+            if self._latest is not None and self._latest.version == version:
+                self._refresh()
+                self._latest = self._build_snapshot(self._dt)
 
     def snapshot(self) -> TableSnapshot:
         """The latest committed version; one ``stat`` when nothing changed since last time."""
@@ -164,7 +157,7 @@ class DeltaLog:
         with self._lock:
             snap = self._latest
             if app_id == WAL_APP_ID and snap is not None and not self._next_exists(snap.version):
-                self._checked = time.monotonic()
+                self._watch.seen()
                 return snap.committed_lsn
             self._refresh()
             return self._dt.transaction_version(app_id) or 0
@@ -373,7 +366,8 @@ class DeltaLog:
     ) -> None:
         """Derive the new snapshot from the old one after our own commit (no log reload),
         or with none to derive from, build it from the handle (in memory, no request)."""
-        old, self._checked = self._latest, time.monotonic()
+        old = self._latest
+        self._watch.seen()
         if old is None or old.version != base:
             self._latest = self._build_snapshot(self._dt)
             return

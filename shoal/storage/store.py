@@ -10,7 +10,6 @@ import fcntl
 import logging
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ from shoal.errors import SchemaMismatchError, StorageError, TableNotFoundError
 from shoal.schema import SIGNAL_TABLES, TableSpec
 from shoal.storage import spec as spec_mod
 from shoal.storage.durable import fsync_dir, fsync_file, make_dirs_durable
+from shoal.storage.freshness import Watch
 from shoal.storage.location import StorageLocation
 from shoal.storage.place import Place
 from shoal.storage.reporting import NOOP, StorageMetrics
@@ -33,8 +33,6 @@ logger = logging.getLogger(__name__)
 
 _TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 _TABLE_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-_UNREACHABLE_PAUSE_S = 10.0
-"""How long the last listing of a tenant's tables stands after the store did not answer."""
 
 
 def check_name(kind: str, name: str) -> None:
@@ -55,6 +53,7 @@ class TableStore:
         metrics: StorageMetrics = NOOP,
         location: StorageLocation | None = None,
         poll_s: float = 0.0,
+        background: bool = False,
     ) -> None:
         if coverage_bucket_s <= 0 or checkpoint_interval <= 0:
             raise ValueError("coverage_bucket_s and checkpoint_interval must be positive")
@@ -70,10 +69,14 @@ class TableStore:
         """How long a read trusts the latest version it saw of a table in a bucket before
         it asks whether another writer committed (the server's own commits are seen at
         once); on local disk a read always looks (one ``stat``)."""
+        self.background = background
+        """Whether reads past ``poll_s`` look for changes in the background (the server)
+        rather than at once (see :mod:`shoal.storage.freshness`)."""
         self._metrics = metrics
         self._lock = threading.Lock()
         self._tables: dict[tuple[str, str], Table] = {}
-        self._listed: dict[str, tuple[float, list[str]]] = {}
+        self._listed: dict[str, list[str]] = {}
+        self._list_watches: dict[str, Watch] = {}
         self._written: Callable[[str, pa.Buffer], None] | None = None
 
     def keep_written(self, written: Callable[[str, pa.Buffer], None]) -> None:
@@ -85,8 +88,11 @@ class TableStore:
                 table.place.written = written
 
     @classmethod
-    def for_config(cls, cfg: Config, metrics: StorageMetrics = NOOP) -> TableStore:
-        """The tables where the settings say (``storage_url`` and its neighbours)."""
+    def for_config(
+        cls, cfg: Config, metrics: StorageMetrics = NOOP, *, background: bool = False
+    ) -> TableStore:
+        """The tables where the settings say (``storage_url`` and its neighbours);
+        ``background`` as the attribute."""
         location = StorageLocation.parse(
             cfg.storage_url, cfg.data_path, cfg.storage_endpoint, float(cfg.storage_timeout_s)
         )
@@ -97,6 +103,7 @@ class TableStore:
             metrics=metrics,
             location=location,
             poll_s=float(cfg.storage_poll_s),
+            background=background,
         )
 
     def place(self, tenant: str, table: str) -> Place:
@@ -154,6 +161,7 @@ class TableStore:
                 checkpoint_interval=self.checkpoint_interval,
                 metrics=self._metrics,
                 poll_s=self.poll_s,
+                background=self.background,
             )
             if spec is not None:
                 _check_same(opened, spec)
@@ -211,25 +219,34 @@ class TableStore:
 
     def tables(self, tenant: str) -> list[str]:
         """The tenant's tables. In a bucket the listing is kept for ``poll_s`` (every
-        query asks), and while the store does not answer the last one stands, with the
-        tables this process opened."""
+        query asks), then listed again in the background or at once (see
+        :mod:`shoal.storage.freshness`); while the store does not answer the last one
+        stands, with the tables this process opened."""
         check_name("tenant", tenant)
         if self.location.is_local:
             return self._list_tables(tenant)
-        now = time.monotonic()
-        with self._lock:
-            known = self._listed.get(tenant)
-            opened = {t for (owner, t) in self._tables if owner == tenant}
-        if known is not None and now - known[0] < max(self.poll_s, 0.001):
-            return sorted(set(known[1]) | opened)
-        try:
+
+        def relist() -> bool:
             names = self._list_tables(tenant)
-        except StorageError as exc:
-            logger.warning("%s", exc)
-            names = known[1] if known is not None else []
-            now += _UNREACHABLE_PAUSE_S
+            with self._lock:
+                self._listed[tenant] = names
+            return False  # kept already: nothing more to load
+
         with self._lock:
-            self._listed[tenant] = (now, names)
+            watch = self._list_watches.get(tenant)
+            if watch is None:
+                watch = Watch(
+                    f"{tenant}'s tables", max(self.poll_s, 0.001), background=self.background
+                )
+                self._list_watches[tenant] = watch
+            known = tenant in self._listed
+        if known:
+            watch.fresh(relist, lambda: None)
+        else:
+            watch.ask(relist)
+        with self._lock:
+            names = self._listed.get(tenant, [])
+            opened = {t for (owner, t) in self._tables if owner == tenant}
         return sorted(set(names) | opened)
 
     def _list_tables(self, tenant: str) -> list[str]:

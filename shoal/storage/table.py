@@ -60,6 +60,7 @@ class Table:
         checkpoint_interval: int,
         metrics: StorageMetrics = NOOP,
         poll_s: float = 0.0,
+        background: bool = False,
     ) -> None:
         if not isinstance(place, Place):
             place = Place(StorageLocation.local(place))
@@ -77,6 +78,7 @@ class Table:
             checkpoint_interval=checkpoint_interval,
             metrics=metrics,
             poll_s=poll_s,
+            background=background,
         )
         self.files = TableFiles(place, spec, bucket_s, self.label)
         self._coverage = CoverageIndex(self.files)

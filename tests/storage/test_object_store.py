@@ -97,6 +97,33 @@ def test_a_read_trusts_its_version_for_poll_s_then_sees_another_writer(
     assert own is not None and reader.snapshot().version == own.version  # its own: at once
 
 
+def test_a_server_read_past_poll_s_looks_behind_and_never_waits_for_the_store(
+    tmp_path: Path, s3_url: str, s3_server: Any
+) -> None:
+    """In the server (background looks), a read past ``poll_s`` answers from the version
+    it has while one look runs behind it; a later read gets what the look found."""
+    store = s3_store(tmp_path, s3_url, poll_s=0.3, background=True)
+    reader = store.open("acme", "logs")
+    writer = s3_store(tmp_path, s3_url).open("acme", "logs")
+    rng = random.Random(9)
+    writer.flush(random_logs(rng, 10, first_id=0, hours=1), 1)
+    assert store.tables("acme") == ["logs"]
+    first = reader.snapshot()
+    writer.flush(random_logs(rng, 10, first_id=100, hours=1), 2)
+    time.sleep(0.4)
+    s3_server.fault(delay_s=3)  # every request answered 3 s late
+    started = time.monotonic()
+    assert reader.snapshot().version == first.version
+    assert store.tables("acme") == ["logs"]
+    assert time.monotonic() - started < 1.5  # neither waited for an answer
+    s3_server.fault()
+    deadline = time.monotonic() + 30
+    while reader.snapshot().version != first.version + 1:
+        assert time.monotonic() < deadline, "the look never brought the new version"
+        time.sleep(0.1)
+    assert reader.committed_lsn() == 2
+
+
 def _race(tmp_path: Path, url: str, jobs: list[tuple[str, list[str]]]) -> None:
     data_dir = tmp_path / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
