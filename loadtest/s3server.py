@@ -10,7 +10,9 @@
 * a fault mode (``POST /_shoal/fault`` with JSON ``{"status": 503, "delay_s": 0,
   "methods": ["PUT"], "keys": "substring"}``; ``{}`` clears it): matching requests wait
   ``delay_s`` and, with a ``status``, are answered with that S3 error instead of being
-  served (403 is ``InvalidAccessKeyId``, what refused credentials get). An unreachable
+  served (403 is ``InvalidAccessKeyId``, what refused credentials get); with
+  ``"after": true`` they are served first and their answer held back ``delay_s`` (a
+  write that landed while its client timed out or died waiting). An unreachable
   store is the process stopped (SIGSTOP) and resumed: its state stays.
 
 :class:`S3Server` starts it as a child process and talks to its control paths.
@@ -63,6 +65,10 @@ class Front:
         if path.startswith("/_shoal/"):
             return self._control(path, method, environ, start)
         fault = self.fault
+        if fault and self._matches(fault, method, path) and fault.get("after"):
+            served = list(self._serve(method, environ, start))  # done; the answer comes late
+            time.sleep(float(fault.get("delay_s", 0)))
+            return served
         if fault and self._matches(fault, method, path):
             time.sleep(float(fault.get("delay_s", 0)))
             status = int(fault.get("status", 0))
@@ -76,6 +82,9 @@ class Front:
                 ).encode()
                 start(f"{status} Error", [("Content-Type", "application/xml")])
                 return [body]
+        return self._serve(method, environ, start)
+
+    def _serve(self, method: str, environ: Environ, start: StartResponse) -> Iterable[bytes]:
         with self.count_lock:
             self.counts[method] += 1
         conditional = method == "PUT" and (

@@ -243,3 +243,61 @@ def test_the_store_failing_keeps_ingest_and_queries_going_and_loses_nothing(
     assert rows == distinct == acked  # every acknowledged row once
     assert send().status_code == 200
     assert SECRET_KEY not in server.log()
+
+
+_COMMIT_ENV = {
+    "SHOAL_FLUSH_MAX_AGE_S": "0.3",
+    "SHOAL_STORAGE_TIMEOUT_S": "2",
+    "SHOAL_STORAGE_POLL_S": "0.2",
+}
+
+
+def test_a_refused_commit_shows_nothing_and_its_rows_wait_in_the_wal(
+    start_server: ServerFactory, s3_url: str, s3_server: Any
+) -> None:
+    """The log entry's PUT refused after the data files were uploaded: nothing of the
+    commit is visible, and the rows stay in the WAL (small segments, so a segment
+    dropped too early would lose them at the SIGKILL)."""
+    env = {**_COMMIT_ENV, "SHOAL_STORAGE_URL": s3_url, "SHOAL_WAL_SEGMENT_BYTES": "16KiB"}
+    url = f"{s3_url}/default/metrics"
+    server = start_server(env=env)
+    assert _ingest(server, 1).status_code == 200
+    wait_for(lambda: committed_rows(url) == 200)
+    s3_server.fault(methods=["PUT"], keys="/_delta_log/", status=503)
+    assert _ingest(server, 2).status_code == 200
+    wait_for(lambda: "degraded: flushes failing" in httpx.get(server.url + "/readyz").text)
+    assert _ingest(server, 3).status_code == 200
+    assert s3_server.stats().get("faulted", 0) > 0
+    assert committed_rows(url) == 200  # the uploaded files are in no commit
+    assert sql_count(server) == 600  # and not read besides the unflushed rows
+    assert len(list((server.data_dir / "wal").glob("*.wal"))) > 2
+    server.kill()  # the later batches are nowhere but the WAL
+    s3_server.fault()
+    restarted = start_server(data_dir=server.data_dir, env=env)
+    assert sql_count(restarted) == 600
+    wait_for(lambda: committed_rows(url) == 600)
+    assert _distinct_rows(url) == (600, 600)
+
+
+def test_a_commit_stored_whose_answer_never_came_counts_once_after_a_crash(
+    start_server: ServerFactory, s3_url: str, s3_server: Any
+) -> None:
+    """The log entry stored but its answer held back until the server is SIGKILLed:
+    after the restart the commit counts once, its rows neither replayed nor flushed
+    again."""
+    env = {**_COMMIT_ENV, "SHOAL_STORAGE_URL": s3_url}
+    url = f"{s3_url}/default/metrics"
+    server = start_server(env=env)
+    assert _ingest(server, 1).status_code == 200
+    wait_for(lambda: committed_rows(url) == 200)
+    s3_server.fault(methods=["PUT"], keys="/_delta_log/", after=True, delay_s=20)
+    assert _ingest(server, 2).status_code == 200
+    wait_for(lambda: committed_rows(url) == 400)  # stored; the server not yet told
+    server.kill()
+    s3_server.fault()
+    restarted = start_server(data_dir=server.data_dir, env=env)
+    assert sql_count(restarted) == 400  # replayed only past the committed LSN
+    assert _ingest(restarted, 3).status_code == 200
+    wait_for(lambda: committed_rows(url) == 600)
+    assert _distinct_rows(url) == (600, 600)
+    assert sql_count(restarted) == 600
