@@ -187,6 +187,34 @@ def test_two_processes_racing_on_s3_land_every_commit_exactly_once(
     assert after.get("PUT", 0) > before.get("PUT", 0)
 
 
+def test_two_writers_putting_one_version_at_once_both_land_once(
+    tmp_path: Path, s3_url: str, s3_server: Any
+) -> None:
+    """Two writers' PUTs of the same log entry held at the server until both are in
+    flight: the conditional put lets one in and refuses the other, which commits on
+    top. Without the condition the second entry would replace the first commit."""
+    import concurrent.futures
+
+    first = s3_store(tmp_path, s3_url).open("acme", "logs")
+    second = s3_store(tmp_path, s3_url).open("acme", "logs")
+    rng = random.Random(10)
+    batches = [random_logs(rng, 20, first_id=i * 100, hours=1) for i in range(3)]
+    first.flush(batches[0], 1)
+    assert second.snapshot().version == 1
+    entry = "/acme/logs/_delta_log/00000000000000000002.json"
+    s3_server.fault(methods=["PUT"], keys=entry, delay_s=2)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        one = pool.submit(first.flush, batches[1], 2)
+        time.sleep(0.5)  # the first PUT waits at the server; the second aims at it too
+        other = pool.submit(second.flush, batches[2], 1, app_id="backfill")
+        results = [one.result(timeout=120), other.result(timeout=120)]
+    assert sorted(r.version for r in results if r is not None) == [2, 3]
+    rows = delta(f"{s3_url}/acme/logs").to_pyarrow_table().column("body").to_pylist()
+    assert sorted(rows) == sorted(b for t in batches for b in t.column("body").to_pylist())
+    fresh = s3_store(tmp_path, s3_url).open("acme", "logs")
+    assert fresh.committed_lsn() == 2 and fresh.committed_lsn("backfill") == 1
+
+
 def test_a_commit_whose_answer_is_lost_counts_once(tmp_path: Path, s3_url: str) -> None:
     """The log entry's PUT lands but the writer is told it failed (its retry finds the
     key taken): the entry holds the commit's id, so it counts as done, not as a loss."""
