@@ -263,7 +263,8 @@ def test_a_refused_commit_shows_nothing_and_its_rows_wait_in_the_wal(
     server = start_server(env=env)
     assert _ingest(server, 1).status_code == 200
     wait_for(lambda: committed_rows(url) == 200)
-    s3_server.fault(methods=["PUT"], keys="/_delta_log/", status=503)
+    # refused for good (403: not retried, so the round fails at once)
+    s3_server.fault(methods=["PUT"], keys="/_delta_log/", status=403)
     assert _ingest(server, 2).status_code == 200
     wait_for(lambda: "degraded: flushes failing" in httpx.get(server.url + "/readyz").text)
     assert _ingest(server, 3).status_code == 200

@@ -150,6 +150,7 @@ def _race(tmp_path: Path, url: str, jobs: list[tuple[str, list[str]]]) -> None:
                 proc.wait(timeout=30)
 
 
+@pytest.mark.slow  # about 20 s (make test-slow); the held PUTs below are the quick proof
 def test_two_processes_racing_on_s3_land_every_commit_exactly_once(
     tmp_path: Path, s3_url: str, s3_server: Any
 ) -> None:
