@@ -335,7 +335,8 @@ SETTINGS: tuple[Setting, ...] = (
         1.0,
         _parse_non_negative_float,
         "How often a read looks for commits other writers (a Spark job) made to a table on "
-        "object storage; the server's own flushes are seen at once.",
+        "object storage (in the server the look runs behind the read); the server's own "
+        "flushes are seen at once.",
     ),
     # -- query
     Setting(
