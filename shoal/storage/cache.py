@@ -156,15 +156,7 @@ class FileCache:
             tmp.unlink(missing_ok=True)
             logger.warning("cannot keep a copy of %s in the read cache: %s", uri, exc)
             return
-        size = len(memoryview(data))
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self.bytes -= old.size
-            self._entries[key] = _Entry(size, time.monotonic())
-            self.bytes += size
-            self.stored += 1
-        self._evict()
+        self._record(key, len(memoryview(data)), stored=True)
 
     def _fetch(self, uri: str, key: str) -> None:
         try:
@@ -187,17 +179,25 @@ class FileCache:
                 if "not found" in str(exc).lower() or "NoSuchKey" in str(exc):
                     raise FileNotFoundError(f"committed file missing: {uri}") from None
                 raise StorageError(f"cannot read {uri}: {exc}") from None
-            with self._lock:
-                old = self._entries.pop(key, None)
-                if old is not None:
-                    self.bytes -= old.size
-                self._entries[key] = _Entry(size, time.monotonic())
-                self.bytes += size
-                self.fetched_bytes += size
-            self._evict()
+            self._record(key, size, stored=False)
         finally:
             with self._lock:
                 self._fetching.pop(key, None)
+
+    def _record(self, key: str, size: int, *, stored: bool) -> None:
+        """A copy of ``size`` bytes now on disk under ``key`` (kept by the flusher, or
+        fetched), then the bound kept."""
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.bytes -= old.size
+            self._entries[key] = _Entry(size, time.monotonic())
+            self.bytes += size
+            if stored:
+                self.stored += 1
+            else:
+                self.fetched_bytes += size
+        self._evict()
 
     def _evict(self) -> None:
         """Delete least recently used copies until the cache fits (pinned ones stay)."""

@@ -37,6 +37,22 @@ def sql_count(server: ServerProcess, table: str = "metrics") -> int:
     return int(answer.json()["rows"][0][0])
 
 
+def promql_points(server: ServerProcess) -> float:
+    """PromQL's count of the first metric's points in the hour the tests write."""
+    names = httpx.get(server.url + "/api/v1/label/__name__/values", timeout=30).json()["data"]
+    assert names
+    result = httpx.get(
+        server.url + "/api/v1/query",
+        params={
+            "query": f'sum(count_over_time({{__name__="{names[0]}"}}[1h]))',
+            "time": BASE_NS / 1e9 + 60,
+        },
+        timeout=30,
+    ).json()
+    assert result["status"] == "success", result
+    return float(result["data"]["result"][0]["value"][1])
+
+
 def committed_rows(url: str) -> int:
     try:
         table = DeltaTable(url, storage_options={"AWS_ALLOW_HTTP": "true"})
@@ -52,17 +68,23 @@ def wait_for(check: Any, timeout: float = 60.0) -> None:
         time.sleep(0.2)
 
 
+def bucket_env(url: str, **settings: str) -> dict[str, str]:
+    """A server's settings for tables under ``url``: a flush every 0.3 s, requests cut
+    at 2 s, other writers looked for every 0.2 s; ``settings`` add to them or override."""
+    env = {
+        "SHOAL_STORAGE_URL": url,
+        "SHOAL_FLUSH_MAX_AGE_S": "0.3",
+        "SHOAL_STORAGE_TIMEOUT_S": "2",
+        "SHOAL_STORAGE_POLL_S": "0.2",
+    }
+    env.update({f"SHOAL_{name.upper()}": value for name, value in settings.items()})
+    return env
+
+
 def test_a_server_on_s3_ingests_flushes_and_answers_through_its_cache(
     start_server: ServerFactory, s3_url: str, s3_server: Any
 ) -> None:
-    server = start_server(
-        env={
-            "SHOAL_STORAGE_URL": s3_url,
-            "SHOAL_FLUSH_MAX_AGE_S": "0.3",
-            "SHOAL_STORAGE_POLL_S": "0.2",
-            "SHOAL_LOG_LEVEL": "debug",
-        }
-    )
+    server = start_server(env=bucket_env(s3_url, log_level="debug"))
     body = payloads.metrics_request(points=POINTS, series=100, start_ns=BASE_NS)
     answer = httpx.post(server.url + "/v1/metrics", content=body.SerializeToString(), headers=PB)
     assert answer.status_code == 200
@@ -77,16 +99,7 @@ def test_a_server_on_s3_ingests_flushes_and_answers_through_its_cache(
     assert metric_value(warm, "shoal_storage_cache_bytes") > 0
     assert list((server.data_dir / "cache").rglob("*.parquet"))
     # PromQL reads the same committed files
-    names = httpx.get(server.url + "/api/v1/label/__name__/values", timeout=30).json()["data"]
-    assert names
-    at = BASE_NS / 1e9 + 60
-    result = httpx.get(
-        server.url + "/api/v1/query",
-        params={"query": f'sum(count_over_time({{__name__="{names[0]}"}}[1h]))', "time": at},
-        timeout=30,
-    ).json()
-    assert result["status"] == "success", result
-    assert float(result["data"]["result"][0]["value"][1]) == POINTS / 8
+    assert promql_points(server) == POINTS / 8
     # and the PostgreSQL listener
     with psycopg.connect(
         host="127.0.0.1", port=server.pg_port, dbname="shoal", user="u", password="x"
@@ -119,13 +132,7 @@ def test_a_flushed_file_never_read_is_read_while_the_store_is_down(
     start_server: ServerFactory, s3_url: str, s3_server: Any
 ) -> None:
     """The flusher's copy in the read cache answers a query when the store answers nothing."""
-    server = start_server(
-        env={
-            "SHOAL_STORAGE_URL": s3_url,
-            "SHOAL_FLUSH_MAX_AGE_S": "0.3",
-            "SHOAL_STORAGE_TIMEOUT_S": "2",
-        }
-    )
+    server = start_server(env=bucket_env(s3_url))
     body = payloads.metrics_request(points=POINTS, series=100, start_ns=BASE_NS)
     answer = httpx.post(server.url + "/v1/metrics", content=body.SerializeToString(), headers=PB)
     assert answer.status_code == 200
@@ -135,15 +142,7 @@ def test_a_flushed_file_never_read_is_read_while_the_store_is_down(
     assert sql_count(server) == POINTS
     metrics = scrape(server)
     assert metric_value(metrics, "shoal_storage_cache_reads", result="miss") == 0
-    names = httpx.get(server.url + "/api/v1/label/__name__/values", timeout=30).json()["data"]
-    at = BASE_NS / 1e9 + 60
-    result = httpx.get(
-        server.url + "/api/v1/query",
-        params={"query": f'sum(count_over_time({{__name__="{names[0]}"}}[1h]))', "time": at},
-        timeout=30,
-    ).json()
-    assert result["status"] == "success", result
-    assert float(result["data"]["result"][0]["value"][1]) == POINTS / 8
+    assert promql_points(server) == POINTS / 8
 
 
 def _ingest(server: ServerProcess, seq: int, points: int = 200) -> httpx.Response:
@@ -178,16 +177,7 @@ def test_the_store_failing_keeps_ingest_and_queries_going_and_loses_nothing(
     rows, queries see them, /readyz and /metrics say what is wrong; past the backlog cap
     ingest is refused with a retryable status; afterwards every acknowledged row is in
     the bucket exactly once."""
-    server = start_server(
-        env={
-            "SHOAL_STORAGE_URL": s3_url,
-            "SHOAL_FLUSH_MAX_AGE_S": "0.3",
-            "SHOAL_FLUSH_MAX_BYTES": "256KiB",
-            "SHOAL_BACKLOG_WAIT_S": "0",
-            "SHOAL_STORAGE_TIMEOUT_S": "2",
-            "SHOAL_STORAGE_POLL_S": "0.2",
-        }
-    )
+    server = start_server(env=bucket_env(s3_url, flush_max_bytes="256KiB", backlog_wait_s="0"))
     acked = 0
     seq = 0
 
@@ -245,20 +235,13 @@ def test_the_store_failing_keeps_ingest_and_queries_going_and_loses_nothing(
     assert SECRET_KEY not in server.log()
 
 
-_COMMIT_ENV = {
-    "SHOAL_FLUSH_MAX_AGE_S": "0.3",
-    "SHOAL_STORAGE_TIMEOUT_S": "2",
-    "SHOAL_STORAGE_POLL_S": "0.2",
-}
-
-
 def test_a_refused_commit_shows_nothing_and_its_rows_wait_in_the_wal(
     start_server: ServerFactory, s3_url: str, s3_server: Any
 ) -> None:
     """The log entry's PUT refused after the data files were uploaded: nothing of the
     commit is visible, and the rows stay in the WAL (small segments, so a segment
     dropped too early would lose them at the SIGKILL)."""
-    env = {**_COMMIT_ENV, "SHOAL_STORAGE_URL": s3_url, "SHOAL_WAL_SEGMENT_BYTES": "16KiB"}
+    env = bucket_env(s3_url, wal_segment_bytes="16KiB")
     url = f"{s3_url}/default/metrics"
     server = start_server(env=env)
     assert _ingest(server, 1).status_code == 200
@@ -286,7 +269,7 @@ def test_a_commit_stored_whose_answer_never_came_counts_once_after_a_crash(
     """The log entry stored but its answer held back until the server is SIGKILLed:
     after the restart the commit counts once, its rows neither replayed nor flushed
     again."""
-    env = {**_COMMIT_ENV, "SHOAL_STORAGE_URL": s3_url}
+    env = bucket_env(s3_url)
     url = f"{s3_url}/default/metrics"
     server = start_server(env=env)
     assert _ingest(server, 1).status_code == 200
