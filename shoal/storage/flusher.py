@@ -51,7 +51,12 @@ often (and whenever a round leaves no unflushed rows)."""
 
 class FlushTable(Protocol):
     def flush(
-        self, data: pa.Table, wal_lsn: int, *, helpers: concurrent.futures.Executor | None
+        self,
+        data: pa.Table,
+        wal_lsn: int,
+        *,
+        helpers: concurrent.futures.Executor | None,
+        after: int | None,
     ) -> CommitResult | None: ...
 
     def committed_lsn(self) -> int: ...
@@ -177,7 +182,7 @@ class Flusher:
                     data = pa.Table.from_batches(
                         [b.batch for b in batches], schema=schema or batches[0].batch.schema
                     )
-                    result = handle.flush(data, lsn, helpers=helpers)
+                    result = handle.flush(data, lsn, helpers=helpers, after=done)
                 except Exception as exc:
                     ok = False
                     since = self.failure[0] if self.failure else time.time()

@@ -234,6 +234,10 @@ class DeltaLog:
                         if done is not None and done >= txn.version:
                             refused()
                             return None
+                        if done is not None and txn.after is not None and txn.after < done:
+                            raise CommitConflictError(  # its files go below
+                                self.label, base, f"{txn.app_id} {done} holds some rows"
+                            )
                     self._check_requirements(commit, base, covered)
                     removes, rows_removed = self._remove_actions(commit, now_ms)
                     info = self._commit_info(

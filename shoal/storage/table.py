@@ -158,11 +158,15 @@ class Table:
         *,
         app_id: str = WAL_APP_ID,
         helpers: concurrent.futures.Executor | None = None,
+        after: int | None = None,
     ) -> CommitResult | None:
         """Write rows as hourly Parquet files and commit them with txn ``(app_id, wal_lsn)``.
 
         Returns None, committing nothing, when the table already holds ``wal_lsn``.
         ``helpers``: threads to share the writing with (:meth:`TableFiles.write`).
+        ``after``: the rows are those of LSNs above it; CommitConflictError, committing
+        nothing, when the table comes to hold an LSN between the two (an earlier
+        attempt's commit that landed late), so that no row is committed twice.
         """
         if wal_lsn <= 0:
             raise ValueError(f"wal_lsn must be positive, got {wal_lsn}")
@@ -176,7 +180,7 @@ class Table:
             Commit(
                 operation="flush",
                 adds=tuple(prepared),
-                txn=Txn(app_id, wal_lsn),
+                txn=Txn(app_id, wal_lsn, after),
                 metadata={"shoal.walLsn": wal_lsn},
             ),
             started=started,
