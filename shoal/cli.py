@@ -209,8 +209,6 @@ def build_parser() -> argparse.ArgumentParser:
         _add_common(p)
         if spark:
             _add_spark(p)
-        else:  # so one job line serves every job (a scheduler's, a cluster's)
-            p.add_argument("--master", help="accepted and unused: this job starts no Spark")
         p.add_argument("--tenant", default=None, help="one tenant (default: all)")
         p.add_argument("--table", default=None, help="one table (default: all that apply)")
         if name == "compact":

@@ -7,7 +7,8 @@ which the server's and the jobs' data directories are empty: the executors share
 nothing with the server but the bucket (the S3-compatible server of the tests,
 reached with the credentials in the workers' environment, as an instance profile
 would give them). ``shoal compact``, ``import --engine spark``, ``rollup``,
-``retention`` and ``vacuum`` run with ``--master spark://...`` while the server
+``retention`` and ``vacuum`` run (the Spark jobs with ``--master spark://...``,
+the metadata-only ones on the driver, against the same bucket) while the server
 keeps ingesting and flushing; every acknowledged row is in the table exactly once
 afterwards, and every flush's LSN committed exactly once.
 """
@@ -150,7 +151,7 @@ def _job(tmp_path: Path, url: str, s3_url: str, *args: str, **env: str) -> str:
     out = tmp_path / f"job-{args[0]}-{time.monotonic_ns()}.log"
     with out.open("w") as sink:
         done = subprocess.run(
-            shoal_cmd(*args, "--master", url),
+            shoal_cmd(*args, *(() if args[0] in ("retention", "vacuum") else ("--master", url))),
             env=child_env(tmp_path / "jobs", SHOAL_STORAGE_URL=s3_url, **env),
             stdout=sink,
             stderr=subprocess.STDOUT,
