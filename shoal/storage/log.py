@@ -373,7 +373,7 @@ class DeltaLog:
         old = self._latest
         self._watch.seen()
         if old is None or old.version != base:
-            self._latest = self._build_snapshot(self._dt)
+            self._latest = None if self.place.local else self._build_snapshot(self._dt)
             return
         gone = {self.place.full(r) for r in commit.removes}
         added = tuple(

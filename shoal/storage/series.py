@@ -49,6 +49,9 @@ CHECKPOINT = f"{layout.SERIES_DIR}/index.parquet"
 _COVERED = b"shoal.covered"
 _REMEMBERED = 256
 """Summaries of just-written files kept for the next read (one flush round's worth)."""
+_REMEMBERED_BYTES = 16 << 20
+"""...and at most these bytes of them (large unique attribute values must not stay
+pinned after their flush)."""
 CHECKPOINT_EVERY = 8
 """Files merged since the last checkpoint before another is written."""
 
@@ -201,6 +204,7 @@ class SeriesIndex:
         self._unsaved = 0
         self._written_lock = threading.Lock()
         self._written: collections.OrderedDict[str, pa.Table] = collections.OrderedDict()
+        self._written_bytes = 0
         """Summaries this process wrote, by data file, until a read adds them: the
         flusher's files join the index without reading the store back."""
 
@@ -208,8 +212,11 @@ class SeriesIndex:
         """Keep the summary just written for data file ``rel`` (the newest few)."""
         with self._written_lock:
             self._written[rel] = summary
-            while len(self._written) > _REMEMBERED:
-                self._written.popitem(last=False)
+            self._written_bytes += summary.nbytes
+            while self._written and (
+                len(self._written) > _REMEMBERED or self._written_bytes > _REMEMBERED_BYTES
+            ):
+                self._written_bytes -= self._written.popitem(last=False)[1].nbytes
 
     # -- files ------------------------------------------------------------------
 
@@ -217,6 +224,8 @@ class SeriesIndex:
         rel = self.place.rel(file.path)
         with self._written_lock:
             written = self._written.pop(rel, None)
+            if written is not None:
+                self._written_bytes -= written.nbytes
         if written is not None:
             return written
         path = layout.series_path(rel)

@@ -83,7 +83,7 @@ class Table:
         self.files = TableFiles(place, spec, bucket_s, self.label)
         self._coverage = CoverageIndex(self.files)
         self._series = SeriesIndex(place, spec, self.label) if spec.index_columns else None
-        if self._series is not None:
+        if self._series is not None and not place.local:  # on disk, read back cheaply
             self.files.summaries = self._series.remember
 
     @property
