@@ -15,7 +15,7 @@ PIP    := $(BIN)/python -m pip install --quiet --constraint $(LOCK)
 
 .PHONY: serve test test-fast test-slow test-spark test-all lint typecheck check lock \
         bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-storm bench-pipeline \
-        bench-freshness bench-pg bench-promql bench-browser bench-logs bench-traces bench-peers clean
+        bench-freshness bench-pg bench-promql bench-browser bench-logs bench-traces bench-peers bench-storage clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -124,6 +124,11 @@ bench-traces: $(BENCH_STAMP)
 ## (needs Debian's prometheus and victoria-metrics: apt-get install prometheus victoria-metrics)
 bench-peers: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_peers $(BENCH_PEERS_ARGS)
+
+## Local disk against a bucket (the tests' S3 server on loopback) in one run: flush, a day's
+## append, the SQL and PromQL panels cold and warm, and the requests each phase makes
+bench-storage: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_storage $(BENCH_STORAGE_ARGS)
 
 ## Re-resolve requirements.lock from pyproject.toml's ranges (every extra, every
 ## supported Python), keeping the locked versions that still fit; `make lock

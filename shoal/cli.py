@@ -24,6 +24,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "token revoke": ("token", "revoke"),
     "import": ("import_", "run"),
     "wal verify": ("wal", "verify"),
+    "storage migrate": ("storage", "run_migrate"),
     "table history": ("table", "history"),
     "table coverage": ("table", "coverage"),
     "compact": ("maintenance", "compact"),
@@ -164,6 +165,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(command_path="wal verify")
 
+    storage = sub.add_parser("storage", help="where the tables live").add_subparsers(
+        dest="storage_command", required=True, metavar="ACTION"
+    )
+    p = storage.add_parser(
+        "migrate",
+        help="copy every table to another storage_url (a bucket, or back to local disk), "
+        "resumably, and verify each by version and row count",
+    )
+    _add_common(p)
+    p.add_argument("--to", required=True, help="s3://bucket/prefix, file:///path, or '' (local)")
+    p.add_argument(
+        "--remove-old",
+        action="store_true",
+        help="delete the old copy once every table verified",
+    )
+    p.set_defaults(command_path="storage migrate")
     table = sub.add_parser("table", help="table tools").add_subparsers(
         dest="table_command", required=True, metavar="ACTION"
     )
@@ -208,6 +225,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from shoal.storage.location import RedactingFilter  # credentials never logged
+
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactingFilter())
     if not args.verbose:
         # client libraries log every request and connection at INFO
         for name in QUIET_LOGGERS:

@@ -103,6 +103,30 @@ def _choice(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+def _parse_storage_url(raw: str) -> str:
+    """Empty, ``s3://bucket[/prefix]`` or ``file:///absolute/path``; never credentials."""
+    text = raw.strip()
+    if not text:
+        return ""
+    scheme, sep, rest = text.partition("://")
+    if not sep or scheme.lower() not in {"s3", "file"}:
+        raise ValueError("expected s3://bucket/prefix or file:///path")
+    authority = rest.split("/", 1)[0]
+    if "@" in authority:
+        # the value is not repeated: it holds a secret
+        raise ValueError(
+            "credentials do not belong in the URL; use AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY or a profile"
+        )
+    if scheme.lower() == "file":
+        if not rest.startswith("/"):
+            raise ValueError("a file:// URL names an absolute path: file:///path")
+        return "file://" + rest.rstrip("/")
+    if not authority:
+        raise ValueError("an s3:// URL names a bucket: s3://bucket/prefix")
+    return "s3://" + rest.rstrip("/")
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
     name: str
@@ -276,6 +300,44 @@ SETTINGS: tuple[Setting, ...] = (
         _parse_positive_int,
         "Write a Delta checkpoint every this many commits.",
     ),
+    # -- where the tables live
+    Setting(
+        "storage_url",
+        "",
+        _parse_storage_url,
+        "Where every tenant's tables live: empty for <data_dir>/tenants, s3://bucket/prefix "
+        "for an S3-compatible bucket, file:///path for another directory. Credentials and "
+        "region come from the standard AWS variables and profiles; the WAL stays in data_dir.",
+    ),
+    Setting(
+        "storage_endpoint",
+        "",
+        str,
+        "Endpoint of an S3-compatible server (MinIO, Ceph, R2, Garage), for example "
+        "http://127.0.0.1:9000; empty uses AWS_ENDPOINT_URL, else AWS itself.",
+    ),
+    Setting(
+        "storage_timeout_s",
+        30.0,
+        _parse_positive_float,
+        "Time limit of one request to the object store; a flush that hits it is retried "
+        "next round, its rows kept in the WAL.",
+    ),
+    Setting(
+        "storage_cache_bytes",
+        1024 * MiB,
+        _parse_size,
+        "Local disk kept for copies of Parquet files read from object storage "
+        "(<data_dir>/cache), shared by SQL, PromQL and the PostgreSQL listener.",
+    ),
+    Setting(
+        "storage_poll_s",
+        1.0,
+        _parse_non_negative_float,
+        "How often a read looks for commits other writers (a Spark job) made to a table on "
+        "object storage (in the server the look runs behind the read); the server's own "
+        "flushes are seen at once.",
+    ),
     # -- query
     Setting(
         "query_memory_bytes",
@@ -440,6 +502,11 @@ class Config:
     flush_max_age_s: float
     coverage_bucket_s: int
     checkpoint_interval: int
+    storage_url: str
+    storage_endpoint: str
+    storage_timeout_s: float
+    storage_cache_bytes: int
+    storage_poll_s: float
     query_memory_bytes: int
     query_timeout_s: float
     query_max_sql_bytes: int

@@ -94,3 +94,34 @@ def decoder_output(monkeypatch: pytest.MonkeyPatch) -> DecoderOutput:
 
     monkeypatch.setattr(ProtoArrow, "batch", recorded)
     return out
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real S3-compatible server on loopback (moto's server mode, loadtest/s3server.py),
+    with its AWS variables set in this process (restored after the session)."""
+    from loadtest.ingest import free_port
+    from loadtest.s3server import S3Server
+
+    server = S3Server(free_port(), log=tmp_path_factory.mktemp("s3") / "s3.log").start()
+    saved = {k: os.environ.get(k) for k in server.env()}
+    os.environ.update(server.env())
+    try:
+        yield server
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture
+def s3_url(s3_server: Any, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh ``s3://`` prefix for one test (the fault mode cleared after it)."""
+    import hashlib
+
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:12]
+    yield f"s3://shoal/{digest}-{os.getpid()}"
+    s3_server.fault()

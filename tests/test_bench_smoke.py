@@ -132,6 +132,23 @@ SMALLEST: dict[str, list[str]] = {
         "--batch",
         "50",
     ],
+    "bench-storage": [
+        "loadtest.bench_storage",
+        "--sql-points",
+        "20000",
+        "--promql-series",
+        "20",
+        "--promql-hours",
+        "0.1",
+        "--days",
+        "1",
+        "--day-rows",
+        "2000",
+        "--repeat",
+        "1",
+        "--flushes",
+        "2",
+    ],
     "bench-peers": ["loadtest.bench_peers", "--duration", "2", "--repeat", "1", "--workers", "1"],
 }
 

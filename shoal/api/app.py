@@ -65,6 +65,8 @@ class AppServices:
     """Rows as they are acknowledged, for Loki's live tail."""
     traceql: TraceQLService | None = None
     """Tempo's API over the same tables; by default over ``query_service``'s reader."""
+    trouble: Callable[[], str | None] = lambda: None
+    """What is wrong while the server still accepts data (flushes failing), for /readyz."""
 
 
 def _error_status(exc: ShoalError, retry_after_s: float) -> int:
@@ -132,7 +134,8 @@ def create_app(services: AppServices) -> FastAPI:
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> Response:
         if services.is_ready():
-            return PlainTextResponse("ready\n")
+            trouble = services.trouble()
+            return PlainTextResponse("ready\n" + (f"degraded: {trouble}\n" if trouble else ""))
         return PlainTextResponse("not ready\n", status_code=503)
 
     # Prometheus' own health paths, for probes and tools written for a Prometheus: its

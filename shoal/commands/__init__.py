@@ -23,11 +23,8 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
 
 
 def open_store(cfg: config_mod.Config) -> TableStore:
-    """The data directory's tables, with the storage settings from ``cfg``."""
+    """The tables (under the data directory, or where ``storage_url`` says), with the
+    storage settings from ``cfg``."""
     from shoal.storage.store import TableStore  # deltalake only for commands that need it
 
-    return TableStore(
-        cfg.data_path,
-        coverage_bucket_s=int(cfg.coverage_bucket_s),
-        checkpoint_interval=int(cfg.checkpoint_interval),
-    )
+    return TableStore.for_config(cfg)

@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "engine", "local") == "spark":
         from shoal.pipeline.backfill import run_spark_import
 
-        return run_spark_import(table, paths, cfg, args.master, args.allow_overlap)
+        return run_spark_import(table, list(args.files), cfg, args.master, args.allow_overlap)
     interactive = sys.stderr.isatty()
 
     def progress(done: int, total: int) -> None:

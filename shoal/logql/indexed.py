@@ -31,10 +31,10 @@ def _collect(source: LogSource, first_minute: int, last_minute: int) -> pa.Table
     table: TableInput | None = view.tables.get("logs")
     if table is None:
         return logindex.SCHEMA.empty_table()
-    root = reader.catalog.table_path(source.tenant, "logs")
+    place = reader.catalog.place(source.tenant, "logs")
     low_us, high_us = first_minute * MINUTE_NS // 1000, (last_minute + 1) * MINUTE_NS // 1000
     parts = [
-        SUMMARIES.of_file(root, f.path)
+        SUMMARIES.of_file(place, f.path)
         for f in table.files
         if f.max_time_us >= low_us and f.min_time_us <= high_us
     ]

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
@@ -33,6 +31,7 @@ from shoal.schema import UTC_US, TableSpec
 from shoal.storage import coverage as cov
 from shoal.storage import layout
 from shoal.storage.commit import Commit, NewFile
+from shoal.storage.location import StorageLocation
 from shoal.storage.log import overlap, overlap_error
 from shoal.storage.types import CommitResult, TableSnapshot
 
@@ -46,11 +45,17 @@ logger = logging.getLogger(__name__)
 OPERATION = "import"
 
 
-def _check_schemas(table: Table, paths: Sequence[Path]) -> None:
+def open_input(location: StorageLocation, name: str) -> pq.ParquetFile:
+    """An input file, named by a local path or an ``s3://`` URL, opened for reading."""
+    fs, path = location.input(name)
+    return pq.ParquetFile(fs.open_input_file(path))
+
+
+def _check_schemas(table: Table, paths: Sequence[str]) -> None:
     wanted = table.spec.schema.names
     problems = []
     for path in paths:
-        names = set(pq.read_schema(path).names)
+        names = set(open_input(table.place.location, path).schema_arrow.names)
         missing = [n for n in wanted if n not in names]
         if missing:
             problems.append(f"{path}: missing column(s) {', '.join(missing)}")
@@ -58,10 +63,12 @@ def _check_schemas(table: Table, paths: Sequence[Path]) -> None:
         raise SchemaMismatchError(table.label, problems)
 
 
-def file_coverage(spec: TableSpec, bucket_s: int, path: str) -> tuple[str, bytes]:
+def file_coverage(
+    location: StorageLocation, spec: TableSpec, bucket_s: int, path: str
+) -> tuple[str, bytes]:
     """Task body: one input file's coverage, encoded (reads only the time and series columns)."""
     columns = [spec.time_column, *spec.series_columns[:1]]
-    data = pq.read_table(path, columns=columns)
+    data = open_input(location, path).read(columns=columns)
     time_col = data.column(spec.time_column).cast(UTC_US)
     series = data.column(spec.series_columns[0]) if spec.series_columns else None
     return path, cov.encode(cov.compute(layout.time_as_us(time_col), series, bucket_s))
@@ -69,31 +76,33 @@ def file_coverage(spec: TableSpec, bucket_s: int, path: str) -> tuple[str, bytes
 
 def import_file(target: WriteTarget, path: str) -> list[dict[str, object]]:
     """Task body: one input file split by hour, sorted, written with the layout rules."""
-    return write_table(target, pq.read_table(path, columns=list(target.spec.schema.names)))
+    source = open_input(target.place.location, path)
+    return write_table(target, source.read(columns=list(target.spec.schema.names)))
 
 
 def backfill(
     spark: SparkSession,
     table: Table,
-    paths: Sequence[Path],
+    paths: Sequence[str],
     config: Config,
     *,
     allow_overlap: bool = False,
 ) -> CommitResult | None:
-    """Append the rows of ``paths`` to ``table`` (see the module docstring)."""
+    """Append the rows of ``paths`` (local paths, which the executors must see at the
+    same path, or ``s3://`` URLs) to ``table`` (see the module docstring)."""
     if not paths:
         return None
-    _check_schemas(table, paths)
+    location = table.place.location
+    inputs = [p if "://" in p else location.input(p)[1] for p in map(str, paths)]
+    _check_schemas(table, inputs)
     spec = table.spec
-    inputs = [str(Path(p).resolve()) for p in paths]
-    target = WriteTarget(
-        os.path.abspath(table.path), spec, int(config.compact_target_file_bytes), table.bucket_s
-    )
+    target = WriteTarget(table.place, spec, int(config.compact_target_file_bytes), table.bucket_s)
     sc = spark.sparkContext
 
     def attempt(snapshot: TableSnapshot) -> Commit | None:
         tasks = sc.parallelize(inputs, len(inputs))
-        found = dict(tasks.map(functools.partial(file_coverage, spec, table.bucket_s)).collect())
+        coverage = functools.partial(file_coverage, location, spec, table.bucket_s)
+        found = dict(tasks.map(coverage).collect())
         incoming = [cov.decode(found[p]) for p in inputs]
 
         if not allow_overlap:
@@ -118,7 +127,7 @@ def backfill(
 
 
 def run_spark_import(
-    table: Table, paths: Sequence[Path], config: Config, master: str | None, allow_overlap: bool
+    table: Table, paths: Sequence[str], config: Config, master: str | None, allow_overlap: bool
 ) -> int:
     """The ``shoal import --engine spark`` command body: start Spark, backfill, report."""
     from shoal.pipeline.session import create_session

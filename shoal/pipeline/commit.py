@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from pathlib import Path
 
 from shoal.errors import CommitConflictError, JobConflictError
 from shoal.storage.commit import Commit
@@ -28,17 +27,6 @@ logger = logging.getLogger(__name__)
 
 Attempt = Callable[[TableSnapshot], Commit | None]
 """Plans from a snapshot and writes files; None when there is nothing to do."""
-
-
-def relative(table_root: Path, path: str) -> str:
-    """A committed file's path relative to its table (how the Delta log names it)."""
-    p, root = Path(path), Path(table_root)
-    for candidate, base in ((p, root), (p.resolve(), root.resolve())):
-        try:
-            return candidate.relative_to(base).as_posix()
-        except ValueError:
-            continue
-    return path
 
 
 def run_with_retries(

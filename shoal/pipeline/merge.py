@@ -18,22 +18,25 @@ from pyarrow._parquet import ParquetReader
 from shoal.pipeline import encoded
 from shoal.pipeline.writer import WriteTarget, write_hour
 from shoal.storage import layout
+from shoal.storage.place import Place
 
 
-def read_file(path: str, schema: pa.Schema) -> pa.Table:
+def read_file(place: Place, path: str, schema: pa.Schema) -> pa.Table:
     """A file's rows in the dictionary form of ``schema``, one chunk per row group.
 
     Each row group has dictionaries of its own, and Arrow cannot return a nested
     string leaf (a map key or value) read as a dictionary in several chunks
     ("Nested data conversions not implemented for chunked array outputs"), so a
-    file is read row group by row group. The reader is Arrow's own, under
+    file is read row group by row group, from ``place`` (a table's directory or
+    bucket: one GET for the whole file). The reader is Arrow's own, under
     ``pq.ParquetFile``: that wrapper also maps every nested column path in
     Python, a cost per file of this wide schema that compaction, opening
     thousands of small files, does not need.
     """
     target = encoded.dictionary_schema(schema)
     reader = ParquetReader()
-    reader.open(path, read_dictionary=encoded.string_leaves(schema), pre_buffer=False)
+    source = place.open_input(path)
+    reader.open(source, read_dictionary=encoded.string_leaves(schema), pre_buffer=False)
     try:
         pieces = []
         for group in range(reader.num_row_groups):
@@ -43,15 +46,17 @@ def read_file(path: str, schema: pa.Schema) -> pa.Table:
             pieces.append(piece)
     finally:
         reader.close()
+        source.close()
     return pa.concat_tables(pieces) if pieces else target.empty_table()
 
 
 def merge_files(target: WriteTarget, paths: list[str]) -> list[dict[str, object]]:
-    """Read ``paths``, sort their rows together and write them as hourly files."""
+    """Read ``paths`` (relative to the target's place), sort their rows together and
+    write them as hourly files."""
     spec = target.spec
     # one chunk per input row group: the sort's take joins them (with one
     # dictionary per column) while it moves the rows, so they are not copied twice
-    data = pa.concat_tables([read_file(p, spec.schema) for p in paths])
+    data = pa.concat_tables([read_file(target.place, p, spec.schema) for p in paths])
     if data.num_rows == 0:
         return []
     hours = layout.time_as_us(data.column(spec.time_column)) // layout.HOUR_US

@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from shoal.config import Config
-from shoal.pipeline.commit import relative, run_with_retries
+from shoal.pipeline.commit import run_with_retries
 from shoal.pipeline.plan import expired_files, retention_cutoff_us
 from shoal.storage.commit import Commit
 from shoal.storage.types import TableSnapshot
@@ -59,7 +59,7 @@ def apply_retention(table: Table, config: Config, *, now_us: int | None = None) 
         removed_rows[:] = [sum(f.rows for f in expired)]
         return Commit(
             operation=OPERATION,
-            removes=tuple(relative(table.path, f.path) for f in expired),
+            removes=tuple(table.place.rel(f.path) for f in expired),
             data_change=True,
         )
 

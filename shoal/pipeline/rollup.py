@@ -4,8 +4,9 @@ Progress is a Delta transaction id on each derived table: ``(shoal-rollup, p)``
 means every source version below ``p`` has been rolled up. A run diffs the
 source's file list at ``p - 1`` against the latest one; the hours touched by
 files that appeared since (their coverage says which) are the hours to redo.
-For those hours only, Spark reads the raw points (plus one hour before, the
-lookback of the cumulative rule in :mod:`shoal.pipeline.aggregate`),
+For those hours only, the tasks read the raw points through Arrow
+(:mod:`shoal.pipeline.source`; plus one hour before, the lookback of the
+cumulative rule in :mod:`shoal.pipeline.aggregate`), Spark
 aggregates them and writes one sorted file per hour; a single commit on the
 derived table replaces its files of those hours and records the new progress.
 Running again with no new source commits does nothing; recomputing an hour
@@ -16,19 +17,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from typing import TYPE_CHECKING
+
+import pyarrow as pa
 
 from shoal.config import Config
 from shoal.errors import StorageError
 from shoal.pipeline.aggregate import LOOKBACK_S, rollup, with_increments
-from shoal.pipeline.commit import relative, run_with_retries
+from shoal.pipeline.commit import run_with_retries
 from shoal.pipeline.compact import with_hour, write_hourly
 from shoal.pipeline.plan import file_hour
 from shoal.pipeline.schema import ROLLUP_SOURCE, ROLLUP_WIDTHS_S, rollup_spec
+from shoal.pipeline.source import read_hours
 from shoal.pipeline.writer import HOUR_COLUMN, WriteTarget
 from shoal.storage.commit import Commit, NewFile, Txn
-from shoal.storage.layout import HOUR_US, hour_index
+from shoal.storage.layout import hour_index
 from shoal.storage.types import ScanFile, TableSnapshot
 
 if TYPE_CHECKING:
@@ -98,15 +101,11 @@ def _hours_to_redo(source: Table, current: TableSnapshot, progress: int) -> list
 
 
 def _raw_points(
-    spark: SparkSession, files: list[ScanFile], hours: list[int], time_column: str
+    spark: SparkSession, source: Table, files: list[ScanFile], hours: list[int]
 ) -> DataFrame:
-    from pyspark.sql import functions as F
-
     wanted = sorted(set(hours) | {h - LOOKBACK_S // 3600 for h in hours})
-    lo, hi = wanted[0] * HOUR_US, (wanted[-1] + 1) * HOUR_US
-    paths = [os.path.abspath(f.path) for f in files if f.max_time_us >= lo and f.min_time_us < hi]
-    df = with_hour(spark.read.parquet(*paths).select(*RAW_COLUMNS), time_column)
-    return df.where(F.col(HOUR_COLUMN).isin(wanted)).drop(HOUR_COLUMN)
+    schema = pa.schema([source.spec.schema.field(c) for c in RAW_COLUMNS])
+    return read_hours(spark, source.place, files, schema, source.spec.time_column, wanted)
 
 
 def rollup_tenant(
@@ -132,7 +131,7 @@ def rollup_table(
     current = source.snapshot()
     stats: dict[str, int] = {"hours": 0, "rows": 0}
     target = WriteTarget(
-        os.path.abspath(derived.path),
+        derived.place,
         derived.spec,
         int(config.compact_target_file_bytes),
         derived.bucket_s,
@@ -153,7 +152,7 @@ def rollup_table(
             progress,
             current.version,
         )
-        points = with_increments(_raw_points(spark, list(current.files), hours, "timestamp"))
+        points = with_increments(_raw_points(spark, source, list(current.files), hours))
         rows = with_hour(rollup(points, width_s), "timestamp")
         from pyspark.sql import functions as F
 
@@ -165,7 +164,7 @@ def rollup_table(
         return Commit(
             operation=OPERATION,
             adds=tuple(NewFile(w.path, w.size, w.stats) for w in written),
-            removes=tuple(relative(derived.path, f.path) for f in old),
+            removes=tuple(derived.place.rel(f.path) for f in old),
             data_change=True,
             txn=Txn(ROLLUP_APP_ID, current.version + 1),
         )

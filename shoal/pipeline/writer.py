@@ -6,20 +6,21 @@ the table's exact Arrow schema (Spark reports every column nullable and names
 list items ``element``) and writes them with ``shoal.storage.layout``'s writer
 properties, one file per hour, rolling to a new file once a file reaches the
 target size. :func:`write_hour` does the same for rows already in memory
-(compaction, imports), also when their strings are dictionaries. Each file is
-fsynced, its directory too; its Delta statistics and coverage are computed
-from the rows written, and the task yields one row per file for the driver
-to commit. Nothing here commits: a file no commit references is invisible and
-vacuum removes it.
+(compaction, imports), also when their strings are dictionaries. Files go
+through the table's :class:`~shoal.storage.place.Place`, shipped to the task:
+on local disk each file is fsynced, its directory too; in a bucket each is one
+upload (pyarrow's S3 filesystem, credentials from the executor's own
+environment), visible only once whole. Its Delta statistics and coverage are
+computed from the rows written, and the task yields one row per file for the
+driver to commit. Nothing here commits: a file no commit references is
+invisible and vacuum removes it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -29,8 +30,8 @@ from shoal.pipeline import encoded
 from shoal.schema import TableSpec
 from shoal.storage import layout, logindex
 from shoal.storage.commit import PreparedFile
-from shoal.storage.durable import fsync_dir, fsync_file
 from shoal.storage.files import TableFiles, conform
+from shoal.storage.place import Place
 
 HOUR_COLUMN = "_shoal_hour"
 """Column the jobs add to rows to partition and sort them by hour; not written."""
@@ -57,7 +58,8 @@ WRITTEN_DDL = (
 class WriteTarget:
     """Where and how a task writes: shipped (pickled) to the executors."""
 
-    table_dir: str
+    place: Place
+    """The table's directory or bucket prefix (pickled as its location: no secret)."""
     spec: TableSpec
     target_file_bytes: int
     coverage_bucket_s: int | None = None
@@ -80,9 +82,6 @@ class WrittenFile:
     def from_row(cls, row: dict[str, object]) -> WrittenFile:
         return cls(**row)  # type: ignore[arg-type]
 
-    def absolute(self, table_dir: str | Path) -> Path:
-        return Path(table_dir) / self.path
-
 
 class _HourFile:
     """One open output file; rows are buffered up to a full row group."""
@@ -91,17 +90,16 @@ class _HourFile:
         self.target = target
         self.hour = hour
         self.relpath = layout.hour_file_path(hour)
-        self.abspath = Path(target.table_dir) / self.relpath
-        self.abspath.parent.mkdir(parents=True, exist_ok=True)
+        self.sink = target.place.open_output(self.relpath)
         table_schema = target.spec.schema
         self.schema = table_schema if schema is None else schema
         options = layout.writer_options(table_schema, target.spec.sort_columns)
         if self.schema.equals(table_schema):
-            self.writer = pq.ParquetWriter(self.abspath, table_schema, **options)
+            self.writer = pq.ParquetWriter(self.sink, table_schema, **options)
         else:
             # rows arrive with dictionary strings (encoded.dictionary_schema): written as
             # they are, the file stores the table's own schema, as the flusher's files do
-            self.writer = pq.ParquetWriter(self.abspath, self.schema, store_schema=False, **options)
+            self.writer = pq.ParquetWriter(self.sink, self.schema, store_schema=False, **options)
             self.writer.add_key_value_metadata(encoded.stored_schema_metadata(table_schema))
         self.buffer: list[pa.RecordBatch] = []
         self.buffered = 0
@@ -133,13 +131,14 @@ class _HourFile:
         self.buffer, self.buffered = [], 0
 
     def full(self) -> bool:
-        return self.abspath.stat().st_size >= self.target.target_file_bytes
+        return int(self.sink.tell()) >= self.target.target_file_bytes
 
     def close(self) -> dict[str, object]:
         self._write_buffer()
         self.writer.close()
-        fsync_file(self.abspath)
-        fsync_dir(self.abspath.parent)
+        size = int(self.sink.tell())
+        self.sink.close()
+        self.target.place.seal(self.relpath)
         schema = self.target.spec.schema
         kept = pa.Table.from_batches(
             self._columns, schema=pa.schema([self.schema.field(c) for c in self._kept])
@@ -148,18 +147,15 @@ class _HourFile:
         stats = layout.compute_stats(kept, self.target.spec)
         if stats.rows != self.rows:
             raise AssertionError(f"{self.relpath}: wrote {self.rows} rows, counted {stats.rows}")
-        size = os.path.getsize(self.abspath)
         if self.target.coverage_bucket_s is not None:
             spec = self.target.spec
-            files = TableFiles(
-                Path(self.target.table_dir), spec, self.target.coverage_bucket_s, spec.name
-            )
+            files = TableFiles(self.target.place, spec, self.target.coverage_bucket_s, spec.name)
             files.write_coverage(
                 [PreparedFile(self.relpath, size, stats, files.compute_coverage(kept))]
             )
         if self.target.spec.name == "logs":  # the log index of the file, as the flush writes it
-            rows = pq.read_table(self.abspath, columns=list(logindex.COLUMNS))
-            logindex.write(Path(self.target.table_dir), self.relpath, rows)
+            rows = self.target.place.read_table(self.relpath, columns=list(logindex.COLUMNS))
+            logindex.write(self.target.place, self.relpath, rows)
         return {
             "path": self.relpath,
             "hour": self.hour,

@@ -52,6 +52,7 @@ from shoal.server.preflight import INGEST_THREADS, UNFLUSHED_LIMIT_FLUSHES
 from shoal.server.telemetry import ServerMetrics, StorageMetricsAdapter, WalMetricsAdapter
 from shoal.sql.service import QueryService
 from shoal.storage import layout
+from shoal.storage.cache import FileCache
 from shoal.storage.flusher import Flusher
 from shoal.storage.reader import TenantReader
 from shoal.storage.store import TableStore
@@ -241,14 +242,22 @@ class ServerRuntime:
     def is_ready(self) -> bool:
         return self._ready
 
+    def trouble(self) -> str | None:
+        """What is wrong while ingest still works: flushes failing (the store down)."""
+        failure = self.flusher.failure if self.flusher is not None else None
+        if failure is None:
+            return None
+        since, error = failure
+        return (
+            f"flushes failing for {time.time() - since:.0f}s, rows kept in the WAL "
+            f"({self.unflushed.rows} unflushed): {error}"
+        )
+
     def open_storage(self) -> tuple[TableStore, Wal]:
         """Open the tables and the WAL, and replay the WAL into the unflushed rows."""
         started = time.perf_counter()
-        store = self.store = TableStore(
-            self.data_dir,
-            coverage_bucket_s=self.config.coverage_bucket_s,
-            checkpoint_interval=self.config.checkpoint_interval,
-            metrics=StorageMetricsAdapter(self.metrics),
+        store = self.store = TableStore.for_config(
+            self.config, StorageMetricsAdapter(self.metrics), background=True
         )
         committed: dict[tuple[str, str], int] = {}
         for tenant in store.tenants():
@@ -292,6 +301,7 @@ class ServerRuntime:
                 ingest=self.ingest,
                 is_ready=self.is_ready,
                 metrics_exposition=self.metrics.exposition,
+                trouble=self.trouble,
                 max_body_bytes=self.config.max_body_bytes,
                 retry_after_s=float(self.config.retry_after_s),
                 feed=self.feed,
@@ -355,7 +365,17 @@ class ServerRuntime:
         )
         try:
             store, wal = await loop.run_in_executor(None, self.open_storage)
-            reader = TenantReader(store, self.unflushed, int(self.config.promql_cache_bytes))
+            files = None
+            if not store.location.is_local:
+                files = FileCache(
+                    store.location,
+                    self.data_dir / "cache",
+                    int(self.config.storage_cache_bytes),
+                    pin_s=float(self.config.query_timeout_s) * 2,
+                )
+                self.metrics.bind_storage_cache(files.stats)
+                store.keep_written(files.put)
+            reader = TenantReader(store, self.unflushed, int(self.config.promql_cache_bytes), files)
             self.query_service = QueryService(reader, self.config)
             slices = reader.slices
             self.metrics.bind_promql_cache(lambda: (slices.bytes, slices.hits, slices.misses))
@@ -388,6 +408,10 @@ class ServerRuntime:
             self.config.flush_max_age_s,
             self.metrics,
             helpers=layout.HELPERS,
+        )
+        flusher = self.flusher
+        self.metrics.bind_flush_failure(
+            lambda: time.time() - flusher.failure[0] if flusher.failure else 0.0
         )
         self.flusher.start()
         self.ingestor.open(wal)

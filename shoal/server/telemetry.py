@@ -210,6 +210,29 @@ _FAMILIES: tuple[_Family, ...] = (
         ("result",),
     ),
     _Family(
+        "flush_failing_seconds",
+        Gauge,
+        "shoal_flush_failing_seconds",
+        "Seconds since flushes began to fail (0 while they succeed): the object store "
+        "unreachable, slow or refusing; the rows wait in the WAL.",
+        (),
+    ),
+    _Family(
+        "storage_cache_bytes",
+        Gauge,
+        "shoal_storage_cache_bytes",
+        "Bytes of Parquet files from object storage kept on local disk (storage_cache_bytes).",
+        (),
+    ),
+    _Family(
+        "storage_cache_reads",
+        Gauge,
+        "shoal_storage_cache_reads",
+        "Reads of a committed file from object storage since start, found on local disk "
+        "(hit) or fetched (miss).",
+        ("result",),
+    ),
+    _Family(
         "snapshot_oldest_age",
         Gauge,
         "shoal_snapshot_oldest_age_seconds",
@@ -277,6 +300,9 @@ class ServerMetrics:
     snapshot_oldest_age: Gauge
     promql_cache_bytes: Gauge
     promql_cache_reads: Gauge
+    storage_cache_bytes: Gauge
+    flush_failing_seconds: Gauge
+    storage_cache_reads: Gauge
     table_version: Gauge
     table_commits_total: Counter
     table_commit_retries_total: Counter
@@ -313,6 +339,15 @@ class ServerMetrics:
         self.promql_cache_bytes.set_function(lambda: float(stats()[0]))
         self.promql_cache_reads.labels("hit").set_function(lambda: float(stats()[1]))
         self.promql_cache_reads.labels("miss").set_function(lambda: float(stats()[2]))
+
+    def bind_flush_failure(self, seconds: Callable[[], float]) -> None:
+        self.flush_failing_seconds.set_function(seconds)
+
+    def bind_storage_cache(self, stats: Callable[[], tuple[int, int, int]]) -> None:
+        """``stats() -> (bytes, hits, misses)`` of the read cache of object storage."""
+        self.storage_cache_bytes.set_function(lambda: float(stats()[0]))
+        self.storage_cache_reads.labels("hit").set_function(lambda: float(stats()[1]))
+        self.storage_cache_reads.labels("miss").set_function(lambda: float(stats()[2]))
 
     def bind_wal(self, stats: Callable[[], tuple[int, int]]) -> None:
         """``stats() -> (bytes, segments)`` of the WAL directory."""

@@ -119,7 +119,7 @@ class ParquetViewCache:
                 self.hits += 1
         if entry is not None:
             if verify:
-                _check_files(table)
+                _check_files(table, chosen)
             return entry[0], tuple(scan_name(d) for d in entry[1])
         try:
             view, dirs = self._build(chosen, table.schema, pushdown)
@@ -170,8 +170,8 @@ def scan_name(directory: str) -> str:
     return "shoal_files_" + os.path.basename(directory.rstrip("/"))
 
 
-def _check_files(table: TableInput) -> None:
-    for f in table.files:
+def _check_files(table: TableInput, files: Sequence[ScanFile]) -> None:
+    for f in files:
         if not os.path.isfile(f.path):
             raise QueryError(
                 f"{table.name} (version {table.version}): committed file missing: {f.path}"
@@ -216,12 +216,13 @@ def register_tables(
         frames: list[DataFrame] = []
         parquet = None
         if files is None or files:
+            chosen = table.files if files is None else files
             parquet = cache.get(
                 view.tenant,
                 table,
                 verify=view.as_of is not None,
-                files=files,
-                pushdown=wants_pushdown(read, table.files if files is None else files),
+                files=_local(view, table, chosen),
+                pushdown=wants_pushdown(read, chosen),
             )
         rows[name] = table.unflushed_rows + sum(
             f.rows for f in (table.files if files is None else files)
@@ -240,6 +241,14 @@ def register_tables(
         ctx.register_view(name, frame)
         names.append(name)
     return names, owners, rows
+
+
+def _local(view: TenantView, table: TableInput, files: Sequence[ScanFile]) -> list[ScanFile]:
+    """The files a query reads, on local disk (from the read cache for a bucket's tables)."""
+    try:
+        return view.local(files)
+    except FileNotFoundError as exc:
+        raise QueryError(f"{table.name} (version {table.version}): {exc}") from None
 
 
 def _unflushed_frames(

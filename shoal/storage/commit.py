@@ -31,10 +31,13 @@ from shoal.storage.layout import FileStats
 
 @dataclasses.dataclass(frozen=True)
 class Txn:
-    """A Delta transaction id: ``version`` is monotonic per ``app_id``."""
+    """A Delta transaction id: ``version`` is monotonic per ``app_id``. ``after``: the
+    version the commit's rows follow (a flush of WAL LSNs ``after + 1 .. version``);
+    a table that holds a version between the two already has some of them."""
 
     app_id: str
     version: int
+    after: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

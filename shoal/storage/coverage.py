@@ -21,7 +21,6 @@ import dataclasses
 import datetime as dt
 import itertools
 import json
-import os
 import struct
 import zlib
 from collections.abc import Iterable, Mapping
@@ -35,6 +34,7 @@ from pyroaring import BitMap, FrozenBitMap
 
 from shoal.errors import StorageError
 from shoal.storage import faults
+from shoal.storage.place import Place
 
 MAGIC = b"SHCOV1\n"
 _U32 = struct.Struct("<I")
@@ -245,17 +245,9 @@ def decode(data: bytes) -> Coverage:
     return Coverage(bucket_s, maps[0], dict(zip(keys, maps[1:], strict=True)))
 
 
-def write(path: Path, cov: Coverage) -> None:
+def write(place: Place, rel: str, cov: Coverage) -> None:
     """Write a coverage file and fsync it (the caller fsyncs the directory)."""
-    data = encode(cov)
-    half = len(data) // 2
-    with open(path, "wb") as fh:
-        fh.write(data[:half])
-        fh.flush()
-        faults.point("coverage-partial")
-        fh.write(data[half:])
-        fh.flush()
-        os.fsync(fh.fileno())
+    place.write(rel, encode(cov), halfway=lambda: faults.point("coverage-partial"))
 
 
 def read(path: Path) -> Coverage:

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import threading
-from pathlib import Path
 
 from pyroaring import BitMap
 
@@ -45,15 +43,15 @@ class CoverageIndex:
             hit = self._by_file.get(file.path)
         if hit is not None:
             return hit
-        root = self._files.root
-        rel = os.path.relpath(file.path, root)
+        place = self._files.place
+        rel = place.rel(file.path)
         try:
-            result = cov.read(root / layout.coverage_path(rel))
+            result = cov.decode(place.read(layout.coverage_path(rel)))
         except (FileNotFoundError, cov.CoverageFormatError) as exc:
             logger.warning(
                 "%s: coverage of %s unusable (%s); recomputing", self._files.label, rel, exc
             )
-            result = self._files.coverage_of_file(Path(file.path))
+            result = self._files.coverage_of_file(rel)
         if result.bucket_s != self.bucket_s:
             raise StorageError(
                 f"{self._files.label}: {rel} has {result.bucket_s}s coverage, "

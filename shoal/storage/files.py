@@ -2,7 +2,8 @@
 
 Steps 1 and 2 of the commit protocol (docs/storage.md): each Parquet file is
 written under ``hour=.../`` and fsynced with its directory, then each file's
-coverage under ``_coverage/``. The result is a list of
+coverage under ``_coverage/`` (in a bucket, each file is one PUT:
+:mod:`shoal.storage.place`). The result is a list of
 :class:`~shoal.storage.commit.PreparedFile` that a :class:`~shoal.storage.commit.Commit`
 adds; when the commit is refused, :meth:`TableFiles.discard` deletes them again.
 """
@@ -11,20 +12,19 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from shoal.errors import SchemaMismatchError, StorageError
 from shoal.schema import TableSpec
 from shoal.storage import coverage as cov
 from shoal.storage import faults, layout, logindex, lookup, series
 from shoal.storage.commit import NewFile, PreparedFile
-from shoal.storage.durable import fsync_dir, fsync_file, make_dirs_durable
+from shoal.storage.durable import fsync_dir, fsync_file
+from shoal.storage.place import Place
 from shoal.storage.spec import schema_differences
 
 logger = logging.getLogger(__name__)
@@ -49,25 +49,31 @@ def conform(data: Rows, schema: pa.Schema, label: str) -> Rows:
     return data
 
 
-def discard(paths: Iterable[Path]) -> None:
+def discard(place: Place, rels: Iterable[str]) -> None:
     """Delete files no commit references (best effort: vacuum catches leftovers)."""
-    for path in paths:
+    for rel in rels:
         try:
-            path.unlink()
+            place.delete(rel)
         except FileNotFoundError:
             pass
         except OSError:
-            logger.warning("could not delete uncommitted file %s; vacuum will", path)
+            logger.warning("could not delete uncommitted file %s; vacuum will", place.full(rel))
 
 
 class TableFiles:
     """The files of one table directory: how they are written, described and discarded."""
 
-    def __init__(self, root: Path, spec: TableSpec, bucket_s: int, label: str) -> None:
-        self.root = root
+    def __init__(self, place: Place | Path, spec: TableSpec, bucket_s: int, label: str) -> None:
+        if not isinstance(place, Place):
+            from shoal.storage.location import StorageLocation
+
+            place = Place(StorageLocation.local(place))
+        self.place = place
         self.spec = spec
         self.bucket_s = bucket_s
         self.label = label
+        self.summaries: Callable[[str, pa.Table], None] | None = None
+        """Told of each series summary written (the table's series index keeps it)."""
 
     def conform(self, data: pa.Table) -> pa.Table:
         return conform(data, self.spec.schema, self.label)
@@ -80,11 +86,12 @@ class TableFiles:
             series = data.column(self.spec.series_columns[0])
         return cov.compute(time_us, series, self.bucket_s)
 
-    def coverage_of_file(self, path: Path) -> cov.Coverage:
+    def coverage_of_file(self, rel: str | Path) -> cov.Coverage:
         """A data file's coverage, computed by reading its time and series columns."""
-        names = pq.ParquetFile(path).schema_arrow.names
+        parquet = self.place.parquet(rel)
+        names = parquet.schema_arrow.names
         columns = [c for c in (self.spec.time_column, *self.spec.series_columns) if c in names]
-        return self.compute_coverage(pq.read_table(path, columns=columns))
+        return self.compute_coverage(parquet.read(columns=columns))
 
     def write(
         self, data: pa.Table, helpers: concurrent.futures.Executor | None = None
@@ -94,19 +101,19 @@ class TableFiles:
         With ``helpers`` (``layout.HELPERS``), the columns are taken in sorted order on
         their threads, and each file's Parquet encoding runs there beside its summaries."""
         prepared: list[PreparedFile] = []
-        dirs: set[Path] = set()
+        dirs: set[str] = set()
         try:
             for hour, piece in layout.split_by_hour(data, self.spec, helpers):
                 rel = layout.hour_file_path(hour)
-                target = self.root / rel
-                if target.parent not in dirs:
-                    make_dirs_durable(target.parent, self.root)
-                    dirs.add(target.parent)
+                parent = rel.rsplit("/", 1)[0]
+                if parent not in dirs:
+                    self.place.ensure_dir(parent)
+                    dirs.add(parent)
                 if helpers is None:
-                    size = layout.write_parquet(piece, target, self.spec)
+                    size = layout.write_to(piece, self.place, rel, self.spec)
                     stats, coverage = self._describe(rel, piece)
                 else:  # the Parquet encoding (no interpreter lock) beside the summaries
-                    written = helpers.submit(layout.write_parquet, piece, target, self.spec)
+                    written = helpers.submit(layout.write_to, piece, self.place, rel, self.spec)
                     try:
                         stats, coverage = self._describe(rel, piece)
                     finally:
@@ -114,7 +121,7 @@ class TableFiles:
                     size = written.result()
                 prepared.append(PreparedFile(rel, size, stats, coverage))
             for d in dirs:
-                fsync_dir(d)
+                self.place.sync_dir(d)
             faults.point("parquet-written")
             self.write_coverage(prepared)
         except BaseException:
@@ -126,11 +133,13 @@ class TableFiles:
         """A file's series summary and lookup filter (written beside it), statistics and
         coverage."""
         if self.spec.index_columns:
-            series.write_summary(self.root, self.spec, rel, piece)
+            summary = series.write_summary(self.place, self.spec, rel, piece)
+            if self.summaries is not None:
+                self.summaries(rel, summary)
         if self.spec.name == "logs":
-            logindex.write(self.root, rel, piece)
+            logindex.write(self.place, rel, piece)
         if self.spec.lookup_column:
-            lookup.write_filter(self.root, self.spec, rel, piece)
+            lookup.write_filter(self.place, self.spec, rel, piece)
         return layout.compute_stats(piece, self.spec), self.compute_coverage(piece)
 
     def adopt(
@@ -145,12 +154,8 @@ class TableFiles:
             rel = layout.hour_file_path(next(iter(hours)))
         else:
             rel = f"{layout.IMPORT_DIR}/{layout.new_file_name()}"
-        target = self.root / rel
-        make_dirs_durable(target.parent, self.root)
-        shutil.copyfile(source, target)
-        fsync_file(target)
-        fsync_dir(target.parent)
-        item = PreparedFile(rel, target.stat().st_size, stats, coverage)
+        self.place.ensure_dir(rel.rsplit("/", 1)[0])
+        item = PreparedFile(rel, self.place.copy_in(source, rel), stats, coverage)
         try:
             self.write_coverage([item])
         except BaseException:
@@ -167,46 +172,52 @@ class TableFiles:
             if isinstance(add, PreparedFile):
                 prepared.append(add)
                 continue
-            full = self.root / add.path
-            if not full.is_file():
+            if not self.place.exists(add.path):
                 raise StorageError(f"{self.label}: file to add does not exist: {add.path}")
             if add.stats is not None:
                 stats = layout.parse_stats(add.stats, self.spec.time_column)
             else:
-                stats = layout.stats_for_file(full, self.spec)
-            size = add.size if add.size is not None else full.stat().st_size
-            cov_file = self.root / layout.coverage_path(add.path)
-            if cov_file.exists():
-                item = PreparedFile(add.path, size, stats, cov.read(cov_file))
-            else:
-                item = PreparedFile(add.path, size, stats, self.coverage_of_file(full))
+                stats = layout.stats_of(self.place.parquet(add.path), self.spec)
+            size = add.size if add.size is not None else self.place.size(add.path)
+            try:
+                found = cov.decode(self.place.read(layout.coverage_path(add.path)))
+                item = PreparedFile(add.path, size, stats, found)
+            except FileNotFoundError:
+                item = PreparedFile(add.path, size, stats, self.coverage_of_file(add.path))
                 missing.append(item)
             prepared.append(item)
-            fsync_file(full)
-            fsync_dir(full.parent)
+            if self.place.local:
+                fsync_file(self.place.path(add.path))
+                fsync_dir(
+                    self.place.path(add.path.rsplit("/", 1)[0])
+                    if "/" in add.path
+                    else self.place.base
+                )
         self.write_coverage(missing)
         return prepared
 
     def write_coverage(self, prepared: Sequence[PreparedFile]) -> None:
         if not prepared:
             return
-        cov_dir = self.root / layout.COVERAGE_DIR
-        make_dirs_durable(cov_dir, self.root)
+        self.place.ensure_dir(layout.COVERAGE_DIR)
         for item in prepared:
-            cov.write(self.root / layout.coverage_path(item.path), item.coverage)
-        fsync_dir(cov_dir)
+            cov.write(self.place, layout.coverage_path(item.path), item.coverage)
+        self.place.sync_dir(layout.COVERAGE_DIR)
         faults.point("coverage-written")
 
     def discard(self, adds: Iterable[PreparedFile | NewFile]) -> None:
         """Delete the data, coverage and series files of adds no commit will reference."""
         discard(
-            self.root / rel
-            for add in adds
-            for rel in (
-                add.path,
-                layout.coverage_path(add.path),
-                layout.series_path(add.path),
-                logindex.index_path(add.path),
-                layout.lookup_path(add.path),
-            )
+            self.place,
+            (
+                rel
+                for add in adds
+                for rel in (
+                    add.path,
+                    layout.coverage_path(add.path),
+                    layout.series_path(add.path),
+                    logindex.index_path(add.path),
+                    layout.lookup_path(add.path),
+                )
+            ),
         )

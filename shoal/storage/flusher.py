@@ -11,7 +11,11 @@ worth, however far behind ingest the flusher is), writes and
 commits each table with ``wal_lsn=L`` (no lock held), drops that table's
 flushed batches from the unflushed rows, and once every table succeeded truncates the
 WAL below ``L + 1``. A table whose flush fails keeps its rows among the unflushed rows
-and the WAL and is retried next round: nothing is dropped.
+and the WAL and is retried next round: nothing is dropped. Before a table is written,
+its committed LSN is read: a commit whose answer was lost (an object store that timed
+out after it stored the entry) may have landed, and its rows are then dropped, not
+written twice. While flushes fail, :attr:`Flusher.failure` says since when and why
+(``/readyz`` and ``/metrics`` show it).
 
 When a whole flush's worth of rows (``flush_max_bytes``) waits at the end of a
 round (it arrived while the round was writing, or the round left it), the flusher
@@ -34,6 +38,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from shoal.schema import SIGNAL_TABLES
+from shoal.storage.location import redact
 from shoal.storage.types import CommitResult
 from shoal.storage.unflushed import UnflushedRows
 
@@ -46,7 +51,12 @@ often (and whenever a round leaves no unflushed rows)."""
 
 class FlushTable(Protocol):
     def flush(
-        self, data: pa.Table, wal_lsn: int, *, helpers: concurrent.futures.Executor | None
+        self,
+        data: pa.Table,
+        wal_lsn: int,
+        *,
+        helpers: concurrent.futures.Executor | None,
+        after: int | None,
     ) -> CommitResult | None: ...
 
     def committed_lsn(self) -> int: ...
@@ -105,6 +115,8 @@ class Flusher:
         """Rounds that shared their writing with the helpers."""
         self._trimmed_at = clock()
         self.trims = 0
+        self.failure: tuple[float, str] | None = None
+        """While flushes fail: when the first failed (``time.time()``) and the last error."""
 
     def start(self) -> None:
         self._thread.start()
@@ -157,13 +169,24 @@ class Flusher:
             for (tenant, table), batches in sorted(parts.items()):
                 started = time.perf_counter()
                 try:
+                    handle = self._table(tenant, table)
+                    done = handle.committed_lsn()
+                    if batches and batches[0].lsn <= done:
+                        # a commit of an earlier round landed although it failed: its rows
+                        # are in the table already
+                        self._unflushed.drop_through(tenant, table, done)
+                        batches = [b for b in batches if b.lsn > done]
+                        if not batches:
+                            continue
                     schema = SIGNAL_TABLES[table].schema if table in SIGNAL_TABLES else None
                     data = pa.Table.from_batches(
                         [b.batch for b in batches], schema=schema or batches[0].batch.schema
                     )
-                    result = self._table(tenant, table).flush(data, lsn, helpers=helpers)
-                except Exception:
+                    result = handle.flush(data, lsn, helpers=helpers, after=done)
+                except Exception as exc:
                     ok = False
+                    since = self.failure[0] if self.failure else time.time()
+                    self.failure = (since, redact(f"{type(exc).__name__}: {exc}")[:300])
                     self._metrics.flush_failed(tenant, table)
                     logger.exception(
                         "flush of %s/%s through LSN %d failed; kept for the next round",
@@ -183,6 +206,7 @@ class Flusher:
             self.rounds += 1
             self._behind = self._unflushed.bytes >= self._max_bytes
             if ok:
+                self.failure = None
                 self._wal.truncate_before(lsn + 1)
             self._hand_back_pages()
             return ok

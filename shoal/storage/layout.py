@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from shoal.schema import TableSpec
 from shoal.storage import blank
 from shoal.storage.durable import fsync_file
+from shoal.storage.place import Place
 from shoal.text import parse_utc, utc_micros
 
 HOUR_US = 3_600_000_000
@@ -158,6 +159,17 @@ def write_parquet(table: pa.Table, path: Path, spec: TableSpec) -> int:
     )
     fsync_file(path)
     return os.path.getsize(path)
+
+
+def write_to(table: pa.Table, place: Place, rel: str, spec: TableSpec) -> int:
+    """:func:`write_parquet` into a table's place (local disk or a bucket); the size."""
+    return place.write_parquet(
+        rel,
+        table,
+        keep=True,
+        row_group_size=ROW_GROUP_ROWS,
+        **writer_options(table.schema, spec.sort_columns),
+    )
 
 
 # -- statistics ----------------------------------------------------------------
@@ -287,7 +299,11 @@ def stats_for_file(path: str | os.PathLike[str], spec: TableSpec) -> FileStats:
 
     The Spark jobs call this for each file they write before committing it.
     """
-    pf = pq.ParquetFile(path)
+    return stats_of(pq.ParquetFile(path), spec)
+
+
+def stats_of(pf: pq.ParquetFile, spec: TableSpec) -> FileStats:
+    """:func:`stats_for_file` of an opened Parquet file."""
     names = pf.schema_arrow.names
     wanted = [c for c in dict.fromkeys([spec.time_column, *spec.sort_columns]) if c in names]
     return compute_stats(pf.read(columns=wanted), spec)

@@ -6,9 +6,17 @@ log, checks the commit's requirements on the newest version (see
 through delta-rs with ``max_commit_retries=0``. If another writer took that
 version, the attempt is repeated on top of it: delta-rs would not notice two
 commits removing the same file, so the conflict check is ours. After a
-commit the new ``_delta_log`` entry and its directory are fsynced (delta-rs
-does not), the cached snapshot is advanced without reloading the log, and
-every ``checkpoint_interval`` versions a checkpoint is written.
+commit on local disk the new ``_delta_log`` entry and its directory are fsynced
+(delta-rs does not; in a bucket the conditional PUT that made the entry is
+durable once answered), the cached snapshot is advanced without reloading the
+log, and every ``checkpoint_interval`` versions a checkpoint is written.
+
+Each commit carries an id of its own (``shoal.commitId``). When an attempt fails
+and the version it aimed at exists, that entry is read: if it holds our id, the
+attempt landed (an answer lost on the way back, a request retried after it
+succeeded) and counts as done, so a commit is never applied twice nor taken back.
+A failure that leaves the outcome unknown (the store unreachable) keeps the
+commit's files: the commit may still land, and vacuum deletes them if it did not.
 """
 
 from __future__ import annotations
@@ -16,12 +24,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import os
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,6 +51,8 @@ from shoal.storage import coverage as cov
 from shoal.storage import layout
 from shoal.storage.commit import Commit, PreparedFile
 from shoal.storage.durable import fsync_dir, fsync_file
+from shoal.storage.freshness import Watch
+from shoal.storage.place import Place
 from shoal.storage.reporting import NOOP, StorageMetrics
 from shoal.storage.types import WAL_APP_ID, CommitResult, HistoryEntry, ScanFile, TableSnapshot
 
@@ -64,38 +73,64 @@ class DeltaLog:
     def __init__(
         self,
         tenant: str,
-        path: Path,
+        place: Place,
         spec: TableSpec,
         *,
         checkpoint_interval: int,
         metrics: StorageMetrics = NOOP,
+        poll_s: float = 0.0,
+        background: bool = False,
     ) -> None:
         self.tenant = tenant
-        self.path = path
+        self.place = place
         self.spec = spec
         self.label = f"{tenant}/{spec.name}"
         self.checkpoint_interval = checkpoint_interval
         self._metrics = metrics
-        self._dir = path / "_delta_log"
         self._lock = threading.RLock()
-        self._dt = DeltaTable(str(path))
+        self._dt = self._open()
         self._latest: TableSnapshot | None = None
+        self._watch = Watch(self.label, poll_s, background=background, tolerant=not place.local)
+        """When the store was last asked for a newer version than ``_latest``."""
+
+    def _open(self) -> DeltaTable:
+        return DeltaTable(self.place.uri, storage_options=self.place.storage_options or None)
 
     # -- reading -----------------------------------------------------------------
 
+    @staticmethod
+    def _entry(version: int) -> str:
+        return f"_delta_log/{version:020d}.json"
+
     def _next_exists(self, version: int) -> bool:
-        return (self._dir / f"{version + 1:020d}.json").exists()
+        return self.place.exists(self._entry(version + 1))
 
     def _refresh(self) -> None:
         """Bring the handle to the latest version (one ``stat`` when nothing changed)."""
         if self._next_exists(self._dt.version()):
             self._dt.update_incremental()
+        self._watch.seen()
+
+    def _fresh(self, snap: TableSnapshot | None) -> bool:
+        """Whether ``snap`` may be read as the latest version (one look on local disk;
+        for a bucket see :mod:`shoal.storage.freshness`). The version this process saw
+        last stays the latest while the store does not answer (its own commits advance
+        it)."""
+        return snap is not None and self._watch.fresh(
+            lambda: self._next_exists(snap.version), lambda: self._load_newer(snap.version)
+        )
+
+    def _load_newer(self, version: int) -> None:
+        with self._lock:
+            if self._latest is not None and self._latest.version == version:
+                self._refresh()
+                self._latest = self._build_snapshot(self._dt)
 
     def snapshot(self) -> TableSnapshot:
         """The latest committed version; one ``stat`` when nothing changed since last time."""
         with self._lock:
             snap = self._latest
-            if snap is not None and not self._next_exists(snap.version):
+            if snap is not None and self._fresh(snap):
                 return snap
             self._refresh()
             self._latest = self._build_snapshot(self._dt)
@@ -111,7 +146,7 @@ class DeltaLog:
             raise ValueError("give a version or a timestamp, not both")
         target: int | dt.datetime = version if version is not None else timestamp  # type: ignore[assignment]
         try:
-            old = DeltaTable(str(self.path))
+            old = self._open()
             old.load_as_version(target)
         except Exception as exc:
             raise StorageError(f"{self.label}: cannot load that version: {exc}") from None
@@ -122,13 +157,13 @@ class DeltaLog:
         with self._lock:
             snap = self._latest
             if app_id == WAL_APP_ID and snap is not None and not self._next_exists(snap.version):
+                self._watch.seen()
                 return snap.committed_lsn
             self._refresh()
             return self._dt.transaction_version(app_id) or 0
 
     def _build_snapshot(self, table: DeltaTable) -> TableSnapshot:
         actions = pa.table(table.get_add_actions(flatten=True))
-        root = str(self.path)
         tc = self.spec.time_column
         n = actions.num_rows
         paths = actions.column("path").to_pylist() if n else []
@@ -138,7 +173,7 @@ class DeltaLog:
         maxs = _int_column(actions, f"max.{tc}", _MAX_US)
         files = tuple(
             ScanFile(
-                path=os.path.join(root, p),
+                path=self.place.full(p),
                 size=int(sizes[i]),
                 rows=int(rows[i]),
                 min_time_us=int(mins[i]),
@@ -187,9 +222,10 @@ class DeltaLog:
         ]
         rows_added = sum(p.stats.rows for p in prepared)
         txn = commit.txn
+        commit_id = uuid.uuid4().hex
         with self._lock:
             for _attempt in range(_MAX_ATTEMPTS):
-                target: Path | None = None
+                target: str | None = None
                 try:
                     self._refresh()
                     base = self._dt.version()
@@ -198,16 +234,22 @@ class DeltaLog:
                         if done is not None and done >= txn.version:
                             refused()
                             return None
+                        if done is not None and txn.after is not None and txn.after < done:
+                            raise CommitConflictError(  # its files go below
+                                self.label, base, f"{txn.app_id} {done} holds some rows"
+                            )
                     self._check_requirements(commit, base, covered)
                     removes, rows_removed = self._remove_actions(commit, now_ms)
+                    info = self._commit_info(
+                        commit, prepared, rows_added, rows_removed, len(removes)
+                    )
+                    info["shoal.commitId"] = commit_id
                     props = CommitProperties(
-                        custom_metadata=self._commit_info(
-                            commit, prepared, rows_added, rows_removed, len(removes)
-                        ),
+                        custom_metadata=info,
                         max_commit_retries=0,
                         app_transactions=[Transaction(txn.app_id, txn.version)] if txn else None,
                     )
-                    target = self._dir / f"{base + 1:020d}.json"
+                    target = self._entry(base + 1)
                     self._dt.create_write_transaction(
                         [*removes, *adds],
                         "append",
@@ -216,19 +258,25 @@ class DeltaLog:
                         post_commithook_properties=_NO_HOOKS,
                     )
                 except CommitFailedError as exc:
-                    if target is not None and target.exists():
+                    landed = self._landed(target, commit_id)
+                    if landed is None:
                         self._metrics.commit_retry(self.tenant, self.spec.name)
                         time.sleep(random.uniform(0, 0.005))
                         continue
-                    refused()
-                    raise StorageError(f"{self.label}: commit failed: {exc}") from exc
-                except BaseException:
-                    if target is None or not target.exists():
+                    if not landed:
                         refused()
-                    raise
-                fsync_file(target)
-                fsync_dir(self._dir)
+                        raise StorageError(f"{self.label}: commit failed: {exc}") from exc
+                except BaseException:
+                    landed = self._landed(target, commit_id, certain=False)
+                    if landed is False and (self.place.local or target is None):
+                        refused()
+                    if not landed:
+                        raise
                 version = base + 1
+                assert target is not None
+                if self.place.local:
+                    fsync_file(self.place.path(target))
+                    fsync_dir(self.place.path("_delta_log"))
                 self._dt.update_incremental()
                 self._advance_snapshot(base, version, prepared, commit)
                 self._maybe_checkpoint(version)
@@ -243,6 +291,26 @@ class DeltaLog:
                 return CommitResult(version, len(adds), rows_added, len(removes))
         refused()
         raise CommitConflictError(self.label, base, f"gave up after {_MAX_ATTEMPTS} attempts")
+
+    def _landed(self, target: str | None, commit_id: str, certain: bool = True) -> bool | None:
+        """After a failed attempt at log entry ``target``: True when the entry is ours
+        (the attempt landed), None when another writer took it (try again on top), False
+        when there is no entry (the attempt did not land, or, with ``certain`` False,
+        its outcome cannot be told yet)."""
+        if target is None:
+            return False
+        try:
+            data = self.place.read(target)
+        except FileNotFoundError:
+            return False
+        except Exception:  # the store cannot be asked: the outcome is unknown
+            if certain:
+                raise
+            return False
+        if commit_id.encode() in data:
+            logger.info("%s: %s landed although its answer was an error", self.label, target)
+            return True
+        return None if certain else False
 
     @staticmethod
     def _commit_info(
@@ -300,16 +368,17 @@ class DeltaLog:
     def _advance_snapshot(
         self, base: int, version: int, prepared: Sequence[PreparedFile], commit: Commit
     ) -> None:
-        """Derive the new snapshot from the old one after our own commit (no log reload)."""
+        """Derive the new snapshot from the old one after our own commit (no log reload),
+        or with none to derive from, build it from the handle (in memory, no request)."""
         old = self._latest
+        self._watch.seen()
         if old is None or old.version != base:
-            self._latest = None
+            self._latest = None if self.place.local else self._build_snapshot(self._dt)
             return
-        root = str(self.path)
-        gone = {os.path.join(root, r) for r in commit.removes}
+        gone = {self.place.full(r) for r in commit.removes}
         added = tuple(
             ScanFile(
-                path=os.path.join(root, p.path),
+                path=self.place.full(p.path),
                 size=p.size,
                 rows=p.stats.rows,
                 min_time_us=p.stats.min_time_us,
@@ -332,10 +401,11 @@ class DeltaLog:
         started = time.perf_counter()
         try:
             self._dt.create_checkpoint()
-            for name in (f"{version:020d}.checkpoint.parquet", "_last_checkpoint"):
-                if (self._dir / name).exists():
-                    fsync_file(self._dir / name)
-            fsync_dir(self._dir)
+            if self.place.local:
+                for name in (f"{version:020d}.checkpoint.parquet", "_last_checkpoint"):
+                    if self.place.exists(f"_delta_log/{name}"):
+                        fsync_file(self.place.path(f"_delta_log/{name}"))
+                fsync_dir(self.place.path("_delta_log"))
             self._dt.cleanup_metadata()
         except Exception:
             logger.exception("%s: checkpoint at version %d failed", self.label, version)

@@ -20,10 +20,8 @@ that cannot be read is rebuilt from the file.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import OrderedDict
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +30,7 @@ import pyarrow.parquet as pq
 
 from shoal.schema import ATTRS, LOGS_SCHEMA
 from shoal.storage import layout
-from shoal.storage.durable import fsync_dir, fsync_file
+from shoal.storage.place import Place
 
 logger = logging.getLogger(__name__)
 
@@ -120,13 +118,11 @@ def summarize(rows: pa.Table | pa.RecordBatch) -> pa.Table:
     )
 
 
-def write(root: Path, rel: str, rows: pa.Table) -> None:
-    """Write (and fsync) the summary of data file ``rel``'s ``rows`` beside it."""
-    path = root / index_path(rel)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(summarize(rows), path, compression="zstd")
-    fsync_file(path)
-    fsync_dir(path.parent)
+def write(place: Place, rel: str, rows: pa.Table) -> None:
+    """Write (and on local disk fsync) the summary of data file ``rel``'s ``rows`` beside it."""
+    place.ensure_dir(INDEX_DIR)
+    place.write_parquet(index_path(rel), summarize(rows), compression="zstd")
+    place.sync_dir(INDEX_DIR)
 
 
 class Summaries:
@@ -138,15 +134,15 @@ class Summaries:
         self._rows = 0
         self.max_rows = max_rows
 
-    def of_file(self, root: Path, data_path: str) -> pa.Table:
-        """The summary of the data file at absolute ``data_path`` of the table at ``root``."""
+    def of_file(self, place: Place, data_path: str) -> pa.Table:
+        """The summary of the data file ``data_path`` (as a scan names it) of the table at
+        ``place``."""
         with self._lock:
             found = self._kept.get(data_path)
             if found is not None:
                 self._kept.move_to_end(data_path)
                 return found
-        rel = os.path.relpath(data_path, root)
-        summary = _read(root, rel)
+        summary = _read(place, place.rel(data_path))
         with self._lock:
             self._kept[data_path] = summary
             self._rows += summary.num_rows
@@ -156,17 +152,16 @@ class Summaries:
         return summary
 
 
-def _read(root: Path, rel: str) -> pa.Table:
-    path = root / index_path(rel)
+def _read(place: Place, rel: str) -> pa.Table:
     try:
-        summary = pq.read_table(path)
+        summary = pq.read_table(pa.BufferReader(place.read(index_path(rel))))
         if summary.schema.equals(SCHEMA):
             return summary
     except (OSError, pa.ArrowException):
         pass
-    rows = pq.read_table(root / rel, columns=list(COLUMNS))
+    rows = place.parquet(rel).read(columns=list(COLUMNS))
     try:
-        write(root, rel, rows)
+        write(place, rel, rows)
     except OSError as exc:  # derived data: the summary is still good for this read
         logger.warning("could not write the log index of %s: %s", rel, exc)
     return summarize(rows)

@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import struct
 import threading
 import zlib
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,6 +37,7 @@ import pyarrow.parquet as pq
 from shoal.schema import TableSpec
 from shoal.storage import layout
 from shoal.storage.lru import Lru
+from shoal.storage.place import Place
 from shoal.storage.types import ScanFile
 
 logger = logging.getLogger(__name__)
@@ -192,45 +191,41 @@ def value_words(value: str) -> tuple[int, int]:
     return b, _mix_int(a ^ b ^ 0xD1B54A32D192ED03)
 
 
-def _save(path: Path, bloom: Bloom) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(bloom.to_bytes())
-    os.replace(tmp, path)
-
-
-def write_filter(root: Path, spec: TableSpec, rel: str, rows: pa.Table) -> None:
-    """Write the filter of a data file's rows beside it (before the file is committed)."""
+def write_filter(place: Place, spec: TableSpec, rel: str, rows: pa.Table) -> None:
+    """Write the filter of a data file's rows beside it (before the file is committed):
+    whole or not at all, unsynced (derived data, rebuilt when missing or torn)."""
     assert spec.lookup_column is not None
-    _save(root / layout.lookup_path(rel), Bloom.of(rows.column(spec.lookup_column)))
+    bloom = Bloom.of(rows.column(spec.lookup_column))
+    place.replace(layout.lookup_path(rel), bloom.to_bytes())
 
 
 class LookupIndex:
     """The filters of one table's files, read once and kept. Thread-safe."""
 
-    def __init__(self, root: Path, spec: TableSpec, label: str) -> None:
+    def __init__(self, place: Place, spec: TableSpec, label: str) -> None:
         if spec.lookup_column is None:
             raise ValueError(f"{label}: the table has no lookup column")
-        self.root = root
+        self.place = place
         self.column = spec.lookup_column
         self.label = label
         self._lock = threading.Lock()
         self._filters: dict[str, Bloom] = {}
 
     def _filter_of(self, file: ScanFile) -> Bloom:
-        rel = os.path.relpath(file.path, self.root)
-        path = self.root / layout.lookup_path(rel)
+        rel = self.place.rel(file.path)
+        path = layout.lookup_path(rel)
         try:
-            return Bloom.from_bytes(path.read_bytes())
+            return Bloom.from_bytes(self.place.read(path))
         except FileNotFoundError:
             pass
         except (OSError, ValueError) as exc:
             logger.warning(
                 "%s: lookup filter of %s unusable (%s); rebuilding", self.label, rel, exc
             )
-        bloom = Bloom.of(pq.read_table(file.path, columns=[self.column]).column(self.column))
+        data = self.place.parquet(rel).read(columns=[self.column])
+        bloom = Bloom.of(data.column(self.column))
         try:
-            _save(path, bloom)
+            self.place.replace(path, bloom.to_bytes())
         except OSError as exc:  # derived data: the answer stands without it
             logger.warning("%s: could not write the lookup filter of %s: %s", self.label, rel, exc)
         return bloom

@@ -10,6 +10,7 @@ time range without SQL (for PromQL).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ import pyarrow.compute as pc
 
 from shoal.schema import SIGNAL_TABLES
 from shoal.storage import lookup, samples
+from shoal.storage.cache import FileCache
 from shoal.storage.runs import BatchCoalescer
 from shoal.storage.unflushed import UnflushedSource
 from shoal.storage.view import AsOf, TenantView, collect_view, series_in_range
@@ -34,9 +36,13 @@ class TenantReader:
         catalog: TableStore,
         unflushed: UnflushedSource | None,
         sample_cache_bytes: int = 0,
+        files: FileCache | None = None,
     ) -> None:
         self.catalog = catalog
         self.unflushed = unflushed
+        self.files = files
+        """Local copies of the committed files of tables in a bucket (the read cache);
+        None when the tables are on local disk."""
         self.coalescer = BatchCoalescer()
         """The unflushed batches combined into runs, kept while they stay unflushed."""
         self.slices = samples.FileSlices(sample_cache_bytes)
@@ -47,7 +53,10 @@ class TenantReader:
     ) -> TenantView:
         """The tenant's tables (those named in ``tables``, or all), with their unflushed
         rows, or as of a version or time."""
-        return collect_view(self.catalog, self.unflushed, tenant, as_of, tables)
+        view = collect_view(self.catalog, self.unflushed, tenant, as_of, tables)
+        if self.files is None:
+            return view
+        return dataclasses.replace(view, fetch=self.files.local)
 
     def series(self, tenant: str, table: str, start_ns: int, end_ns: int) -> pa.Table:
         """One row per series of ``table`` seen in ``[start_ns, end_ns]``, from the series
@@ -80,6 +89,7 @@ class TenantReader:
                 self.slices,
                 self.coalescer,
                 max_rows,
+                view.local,
             )
         except FileNotFoundError:
             # a file of the view was vacuumed (compaction replaced it): a new view lists
@@ -108,7 +118,8 @@ class TenantReader:
         parts: list[pa.Table] = []
         inspected = 0
         try:
-            for file in handle.files_holding(found.files, value) if handle else ():
+            holding = handle.files_holding(found.files, value) if handle else []
+            for file in view.local(holding):
                 rows, size = lookup.read_matching(file.path, column, value)
                 parts.append(rows.cast(found.schema))
                 inspected += size

@@ -67,6 +67,11 @@ class FileSlices:
             self._entries.move_to_end(key)
         return _unpack(table)
 
+    def has(self, key: _Key) -> bool:
+        """Whether ``key``'s rows are kept (not counted as a read)."""
+        with self._lock:
+            return key in self._entries
+
     def put(self, key: _Key, table: pa.Table) -> None:
         if self.bytes + table.nbytes > self.max_bytes // 2:
             # room is getting short: keep it run-end encoded (expanding it on every
@@ -234,13 +239,16 @@ def read_metrics(
     slices: FileSlices,
     coalescer: BatchCoalescer,
     max_rows: int | None = None,
+    local: Callable[[Sequence[ScanFile]], list[ScanFile]] | None = None,
 ) -> pa.Table:
     """The rows of metrics ``names`` in ``[start_ns, end_ns)`` of one view of ``metrics``;
     with ``max_rows``, reading stops once more rows than that are found (the answer then
     has more than ``max_rows`` rows, not all of them).
 
     A file that vanished since the view was collected (a vacuum after compaction)
-    raises FileNotFoundError: collect the view again and retry.
+    raises FileNotFoundError: collect the view again and retry. ``local`` gives the
+    files to decode as local files (the read cache of tables in a bucket): those whose
+    rows are not all kept are fetched together, before the first is decoded.
     """
     # times a row can have: int64 nanoseconds (a range may reach further, years 1-9999)
     start_ns = max(start_ns, -(2**63))
@@ -260,11 +268,15 @@ def read_metrics(
         (f for f in table.files if _overlaps(f, start_ns, end_ns)),
         key=lambda f: (f.min_time_us, f.path),
     )
+    where = {f.path: f.path for f in files}
+    if local is not None:
+        cold = [f for f in files if any(not slices.has((f.path, n, cols)) for n in wanted)]
+        where.update((f.path, copy.path) for f, copy in zip(cold, local(cold), strict=True))
     for f in files:
         if full():
             break
         found = _kept(
-            slices, f.path, wanted, cols, functools.partial(_decode, f.path, columns=cols)
+            slices, f.path, wanted, cols, functools.partial(_decode, where[f.path], columns=cols)
         )
         inside = _inside(f, start_ns, end_ns)
         for code, rows in enumerate(found):

@@ -24,12 +24,11 @@ unreadable summary or checkpoint is rebuilt from the data files.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
-import os
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,6 +37,7 @@ import pyarrow.parquet as pq
 
 from shoal.schema import TableSpec
 from shoal.storage import layout
+from shoal.storage.place import Place
 from shoal.storage.types import ScanFile, TableSnapshot
 from shoal.storage.unflushed import LsnBatch
 
@@ -47,6 +47,11 @@ FIRST = "first_ns"
 LAST = "last_ns"
 CHECKPOINT = f"{layout.SERIES_DIR}/index.parquet"
 _COVERED = b"shoal.covered"
+_REMEMBERED = 256
+"""Summaries of just-written files kept for the next read (one flush round's worth)."""
+_REMEMBERED_BYTES = 16 << 20
+"""...and at most these bytes of them (large unique attribute values must not stay
+pinned after their flush)."""
 CHECKPOINT_EVERY = 8
 """Files merged since the last checkpoint before another is written."""
 
@@ -136,29 +141,32 @@ def overlay(base: pa.Table, extra: pa.Table, key: str) -> pa.Table:
     return _with_last(base, last)
 
 
-def _save(path: Path, table: pa.Table, metadata: dict[bytes, bytes] | None = None) -> None:
+def _save(
+    place: Place, rel: str, table: pa.Table, metadata: dict[bytes, bytes] | None = None
+) -> None:
     """Write a Parquet file whole or not at all (derived data: no fsync).
 
     Summaries and checkpoints are always read whole, so they carry no statistics, and
     only their strings are dictionary-encoded: a flush's summary of 16,000 series is
     written in 12 ms instead of 15, and 11% smaller (docs/benchmarks.md)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     if metadata:
         table = table.replace_schema_metadata(metadata)
-    tmp = path.with_name(path.name + ".tmp")
+    sink = pa.BufferOutputStream()
     pq.write_table(
         table,
-        tmp,
+        sink,
         compression="zstd",
         write_statistics=False,
         use_dictionary=list(layout.string_leaf_paths(table.schema.remove_metadata())),
     )
-    os.replace(tmp, path)
+    place.replace(rel, sink.getvalue().to_pybytes())
 
 
-def write_summary(root: Path, spec: TableSpec, rel: str, rows: pa.Table) -> None:
+def write_summary(place: Place, spec: TableSpec, rel: str, rows: pa.Table) -> pa.Table:
     """Write the summary of a data file's rows beside it (before the file is committed)."""
-    _save(root / layout.series_path(rel), summarize(rows, spec, index_schema(spec)))
+    summary = summarize(rows, spec, index_schema(spec))
+    _save(place, layout.series_path(rel), summary)
+    return summary
 
 
 def within(table: pa.Table, start_ns: int | None, end_ns: int | None) -> pa.Table:
@@ -173,11 +181,16 @@ def within(table: pa.Table, start_ns: int | None, end_ns: int | None) -> pa.Tabl
     return table if keep.all() else table.filter(pa.array(keep))
 
 
+def _read(place: Place, rel: str) -> pa.Table:
+    """A summary or checkpoint, read whole (FileNotFoundError when there is none)."""
+    return pq.read_table(pa.BufferReader(place.read(rel)))
+
+
 class SeriesIndex:
     """The series index of one table (see the module docstring). Thread-safe."""
 
-    def __init__(self, root: Path, spec: TableSpec, label: str) -> None:
-        self.root = root
+    def __init__(self, place: Place, spec: TableSpec, label: str) -> None:
+        self.place = place
         self.spec = spec
         self.label = label
         self.schema = index_schema(spec)
@@ -189,14 +202,35 @@ class SeriesIndex:
         """The files of the last read, already added (the usual case: no flush since)."""
         self._lsn = 0
         self._unsaved = 0
+        self._written_lock = threading.Lock()
+        self._written: collections.OrderedDict[str, pa.Table] = collections.OrderedDict()
+        self._written_bytes = 0
+        """Summaries this process wrote, by data file, until a read adds them: the
+        flusher's files join the index without reading the store back."""
+
+    def remember(self, rel: str, summary: pa.Table) -> None:
+        """Keep the summary just written for data file ``rel`` (the newest few)."""
+        with self._written_lock:
+            self._written[rel] = summary
+            self._written_bytes += summary.nbytes
+            while self._written and (
+                len(self._written) > _REMEMBERED or self._written_bytes > _REMEMBERED_BYTES
+            ):
+                self._written_bytes -= self._written.popitem(last=False)[1].nbytes
 
     # -- files ------------------------------------------------------------------
 
     def _summary_of(self, file: ScanFile) -> pa.Table:
-        rel = os.path.relpath(file.path, self.root)
-        path = self.root / layout.series_path(rel)
+        rel = self.place.rel(file.path)
+        with self._written_lock:
+            written = self._written.pop(rel, None)
+            if written is not None:
+                self._written_bytes -= written.nbytes
+        if written is not None:
+            return written
+        path = layout.series_path(rel)
         try:
-            return pq.read_table(path).cast(self.schema)
+            return _read(self.place, path).cast(self.schema)
         except FileNotFoundError:
             pass
         except (OSError, pa.ArrowException, ValueError) as exc:
@@ -204,9 +238,9 @@ class SeriesIndex:
                 "%s: series summary of %s unusable (%s); recomputing", self.label, rel, exc
             )
         columns = [*self.schema.names[:-2], self.spec.index_time_column]
-        summary = summarize(pq.read_table(file.path, columns=columns), self.spec, self.schema)
+        summary = summarize(self.place.read_table(rel, columns), self.spec, self.schema)
         try:
-            _save(path, summary)
+            _save(self.place, path, summary)
         except OSError as exc:  # derived data: the index still answers
             logger.warning("%s: could not write the series summary of %s: %s", self.label, rel, exc)
         return summary
@@ -214,10 +248,9 @@ class SeriesIndex:
     # -- the merged index -----------------------------------------------------------
 
     def _load(self) -> pa.Table:
-        path = self.root / CHECKPOINT
         self._files = ()
         try:
-            table = pq.read_table(path)
+            table = _read(self.place, CHECKPOINT)
             covered = json.loads((table.schema.metadata or {}).get(_COVERED, b"[]"))
             self._covered = {str(p) for p in covered}
             return table.replace_schema_metadata(None).cast(self.schema)
@@ -232,7 +265,7 @@ class SeriesIndex:
         if files == self._files:
             return table
         self._files = tuple(files)
-        current = {os.path.relpath(f.path, self.root): f for f in files}
+        current = {self.place.rel(f.path): f for f in files}
         if self._covered - current.keys():
             # files left the table (compaction, retention): forget series older than any row left
             floor = min((f.min_time_us for f in files), default=None)
@@ -278,7 +311,7 @@ class SeriesIndex:
     def _checkpoint(self, table: pa.Table) -> None:
         covered = json.dumps(sorted(self._covered)).encode()
         try:
-            _save(self.root / CHECKPOINT, table, {_COVERED: covered})
+            _save(self.place, CHECKPOINT, table, {_COVERED: covered})
             self._unsaved = 0
         except OSError as exc:
             logger.warning("%s: could not checkpoint the series index: %s", self.label, exc)

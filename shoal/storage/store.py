@@ -1,4 +1,8 @@
-"""The tables of every tenant: ``<data_dir>/tenants/<tenant>/<table>/`` Delta tables."""
+"""The tables of every tenant: ``<root>/<tenant>/<table>/`` Delta tables.
+
+The root is ``<data_dir>/tenants`` unless setting ``storage_url`` names another
+directory or a bucket (:mod:`shoal.storage.location`).
+"""
 
 from __future__ import annotations
 
@@ -6,16 +10,22 @@ import fcntl
 import logging
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pyarrow as pa
 from deltalake import DeltaTable
+from pyarrow import fs as pafs
 
+from shoal.config import Config
 from shoal.errors import SchemaMismatchError, StorageError, TableNotFoundError
 from shoal.schema import SIGNAL_TABLES, TableSpec
 from shoal.storage import spec as spec_mod
 from shoal.storage.durable import fsync_dir, fsync_file, make_dirs_durable
+from shoal.storage.freshness import Watch
+from shoal.storage.location import StorageLocation
+from shoal.storage.place import Place
 from shoal.storage.reporting import NOOP, StorageMetrics
 from shoal.storage.table import Table
 
@@ -41,26 +51,75 @@ class TableStore:
         coverage_bucket_s: int = 60,
         checkpoint_interval: int = 100,
         metrics: StorageMetrics = NOOP,
+        location: StorageLocation | None = None,
+        poll_s: float = 0.0,
+        background: bool = False,
     ) -> None:
         if coverage_bucket_s <= 0 or checkpoint_interval <= 0:
             raise ValueError("coverage_bucket_s and checkpoint_interval must be positive")
         # absolute, so file paths handed to readers (ScanFile.path) stay valid whatever
         # the working directory of the code that reads them
         self.data_dir = Path(data_dir).absolute()
-        self.root = self.data_dir / "tenants"
+        self.location = location or StorageLocation.local(self.data_dir / "tenants")
+        self.root = Path(self.location.root)
+        """The directory of the tables (for a bucket, ``bucket/prefix``: use ``location``)."""
         self.coverage_bucket_s = coverage_bucket_s
         self.checkpoint_interval = checkpoint_interval
+        self.poll_s = poll_s if not self.location.is_local else 0.0
+        """How long a read trusts the latest version it saw of a table in a bucket before
+        it asks whether another writer committed (the server's own commits are seen at
+        once); on local disk a read always looks (one ``stat``)."""
+        self.background = background
+        """Whether reads past ``poll_s`` look for changes in the background (the server)
+        rather than at once (see :mod:`shoal.storage.freshness`)."""
         self._metrics = metrics
         self._lock = threading.Lock()
         self._tables: dict[tuple[str, str], Table] = {}
+        self._listed: dict[str, list[str]] = {}
+        self._list_watches: dict[str, Watch] = {}
+        self._written: Callable[[str, pa.Buffer], None] | None = None
 
-    def table_path(self, tenant: str, table: str) -> Path:
+    def keep_written(self, written: Callable[[str, pa.Buffer], None]) -> None:
+        """Hand every data file this process uploads to ``written`` (the read cache's
+        ``put``), for the tables open now and those opened later."""
+        with self._lock:
+            self._written = written
+            for table in self._tables.values():
+                table.place.written = written
+
+    @classmethod
+    def for_config(
+        cls, cfg: Config, metrics: StorageMetrics = NOOP, *, background: bool = False
+    ) -> TableStore:
+        """The tables where the settings say (``storage_url`` and its neighbours);
+        ``background`` as the attribute."""
+        location = StorageLocation.parse(
+            cfg.storage_url, cfg.data_path, cfg.storage_endpoint, float(cfg.storage_timeout_s)
+        )
+        return cls(
+            cfg.data_path,
+            coverage_bucket_s=int(cfg.coverage_bucket_s),
+            checkpoint_interval=int(cfg.checkpoint_interval),
+            metrics=metrics,
+            location=location,
+            poll_s=float(cfg.storage_poll_s),
+            background=background,
+        )
+
+    def place(self, tenant: str, table: str) -> Place:
+        """The directory (or bucket prefix) of ``tenant/table``."""
         check_name("tenant", tenant)
         check_name("table", table)
-        return self.root / tenant / table
+        place = Place(self.location, tenant, table)
+        place.written = self._written
+        return place
+
+    def table_path(self, tenant: str, table: str) -> Path:
+        """The directory of ``tenant/table`` on local disk."""
+        return self.place(tenant, table).root
 
     def exists(self, tenant: str, table: str) -> bool:
-        return (self.table_path(tenant, table) / "_delta_log").is_dir()
+        return self.place(tenant, table).is_dir("_delta_log")
 
     def committed_lsn(self, tenant: str, table: str) -> int:
         """The WAL LSN the table's flushes have committed (0 before the first)."""
@@ -70,14 +129,14 @@ class TableStore:
         self, tenant: str, table: str, spec: TableSpec | None = None, *, create: bool = True
     ) -> Table:
         """The table ``tenant/table``, created from ``spec`` (or the signal's spec) if absent."""
-        path = self.table_path(tenant, table)
+        place = self.place(tenant, table)
         with self._lock:
             cached = self._tables.get((tenant, table))
             if cached is not None:
                 if spec is not None:
                     _check_same(cached, spec)
                 return cached
-            if not DeltaTable.is_deltatable(str(path)):
+            if not _is_table(place):
                 if not create:
                     raise TableNotFoundError(f"no table {table!r} for tenant {tenant!r}")
                 if spec is None:
@@ -88,25 +147,59 @@ class TableStore:
                     )
                 if spec.name != table:
                     raise StorageError(f"spec is for table {spec.name!r}, not {table!r}")
-                self._create(path, spec)
-            delta = DeltaTable(str(path))
+                self._create(place, spec)
+            try:
+                delta = DeltaTable(place.uri, storage_options=place.storage_options)
+            except Exception as exc:
+                raise StorageError(f"cannot open table {tenant}/{table}: {exc}") from None
             stored, bucket_s = spec_mod.from_configuration(table, delta.metadata().configuration)
             opened = Table(
                 tenant,
-                path,
+                place,
                 stored,
                 bucket_s=bucket_s,
                 checkpoint_interval=self.checkpoint_interval,
                 metrics=self._metrics,
+                poll_s=self.poll_s,
+                background=self.background,
             )
             if spec is not None:
                 _check_same(opened, spec)
             self._tables[(tenant, table)] = opened
             return opened
 
-    def _create(self, path: Path, spec: TableSpec) -> None:
+    def _create(self, place: Place, spec: TableSpec) -> None:
         spec_mod.validate(spec)
-        make_dirs_durable(path, self.data_dir)
+        if place.local:
+            self._create_local(place.root, spec)
+            return
+        # In a bucket the create is a conditional put of version 0: of two processes
+        # racing through it, one fails, and then finds the other's table.
+        try:
+            self._create_table(place.uri, place.storage_options, spec)
+        except StorageError:
+            if not _is_table(place):
+                raise
+            logger.debug("table %s created concurrently", place.uri)
+            return
+        logger.info("created table %s", place.uri)
+
+    def _create_table(self, uri: str, options: dict[str, str], spec: TableSpec) -> None:
+        try:
+            DeltaTable.create(
+                uri,
+                spec.schema,
+                mode="error",
+                name=spec.name,
+                configuration=spec_mod.to_configuration(spec, self.coverage_bucket_s),
+                raise_if_key_not_exists=False,
+                storage_options=options or None,
+            )
+        except Exception as exc:
+            raise StorageError(f"cannot create table at {uri}: {exc}") from exc
+
+    def _create_local(self, path: Path, spec: TableSpec) -> None:
+        make_dirs_durable(path, self.root.parent)
         # delta-rs's create is check-then-commit: two processes racing through it both
         # commit a CREATE TABLE (versions 0 and 1, with different table ids). A lock
         # shared across processes makes the check and the commit one step.
@@ -114,17 +207,7 @@ class TableStore:
             if DeltaTable.is_deltatable(str(path)):
                 logger.debug("table %s created concurrently", path)
                 return
-            try:
-                DeltaTable.create(
-                    str(path),
-                    spec.schema,
-                    mode="error",
-                    name=spec.name,
-                    configuration=spec_mod.to_configuration(spec, self.coverage_bucket_s),
-                    raise_if_key_not_exists=False,
-                )
-            except Exception as exc:
-                raise StorageError(f"cannot create table at {path}: {exc}") from exc
+            self._create_table(str(path), {}, spec)
             log_dir = path / "_delta_log"
             fsync_file(log_dir / f"{0:020d}.json")
             fsync_dir(log_dir)
@@ -132,22 +215,65 @@ class TableStore:
         logger.info("created table %s", path)
 
     def tenants(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(
-            p.name for p in self.root.iterdir() if p.is_dir() and _TENANT_RE.match(p.name)
-        )
+        return sorted(name for name in self._subdirs("") if _TENANT_RE.match(name))
 
     def tables(self, tenant: str) -> list[str]:
+        """The tenant's tables. In a bucket the listing is kept for ``poll_s`` (every
+        query asks), then listed again in the background or at once (see
+        :mod:`shoal.storage.freshness`); while the store does not answer the last one
+        stands, with the tables this process opened."""
         check_name("tenant", tenant)
-        base = self.root / tenant
-        if not base.is_dir():
-            return []
+        if self.location.is_local:
+            return self._list_tables(tenant)
+
+        def relist() -> bool:
+            names = self._list_tables(tenant)
+            with self._lock:
+                self._listed[tenant] = names
+            return False  # kept already: nothing more to load
+
+        with self._lock:
+            watch = self._list_watches.get(tenant)
+            if watch is None:
+                watch = Watch(
+                    f"{tenant}'s tables", max(self.poll_s, 0.001), background=self.background
+                )
+                self._list_watches[tenant] = watch
+            known = tenant in self._listed
+        if known:
+            watch.fresh(relist, lambda: None)
+        else:
+            watch.ask(relist)
+        with self._lock:
+            names = self._listed.get(tenant, [])
+            opened = {t for (owner, t) in self._tables if owner == tenant}
+        return sorted(set(names) | opened)
+
+    def _list_tables(self, tenant: str) -> list[str]:
         return sorted(
-            p.name
-            for p in base.iterdir()
-            if (p / "_delta_log").is_dir() and _TABLE_RE.match(p.name)
+            name
+            for name in self._subdirs(tenant)
+            if _TABLE_RE.match(name) and self.place(tenant, name).is_dir("_delta_log")
         )
+
+    def _subdirs(self, rel: str) -> list[str]:
+        """The names of the directories (prefixes) directly under ``<root>/<rel>``."""
+        base = self.location.join(rel) if rel else self.location.root
+        fs = self.location.filesystem
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+        except OSError as exc:
+            raise StorageError(f"cannot list {self.location}: {exc}") from None
+        return [i.base_name for i in infos if i.type == pafs.FileType.Directory]
+
+
+def _is_table(place: Place) -> bool:
+    if place.local:
+        return bool(DeltaTable.is_deltatable(place.uri))
+    try:
+        return bool(DeltaTable.is_deltatable(place.uri, storage_options=place.storage_options))
+    except Exception as exc:
+        raise StorageError(f"cannot reach {place.uri}: {exc}") from None
 
 
 @contextmanager

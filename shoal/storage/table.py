@@ -15,7 +15,6 @@ import concurrent.futures
 import datetime as dt
 import logging
 import math
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,8 +29,10 @@ from shoal.storage import series as series_index
 from shoal.storage.commit import Commit, Txn
 from shoal.storage.coverage_index import CoverageIndex
 from shoal.storage.files import TableFiles
+from shoal.storage.location import StorageLocation
 from shoal.storage.log import DeltaLog
 from shoal.storage.lookup import LookupIndex
+from shoal.storage.place import Place
 from shoal.storage.reporting import NOOP, StorageMetrics
 from shoal.storage.series import SeriesIndex
 from shoal.storage.types import (
@@ -53,27 +54,44 @@ class Table:
     def __init__(
         self,
         tenant: str,
-        path: Path,
+        place: Place | Path,
         spec: TableSpec,
         *,
         bucket_s: int,
         checkpoint_interval: int,
         metrics: StorageMetrics = NOOP,
+        poll_s: float = 0.0,
+        background: bool = False,
     ) -> None:
+        if not isinstance(place, Place):
+            place = Place(StorageLocation.local(place))
         self.tenant = tenant
         self.name = spec.name
-        self.path = path
+        self.place = place
         self.spec = spec
         self.bucket_s = bucket_s
         self.label = f"{tenant}/{spec.name}"
         self._metrics = metrics
         self.log = DeltaLog(
-            tenant, path, spec, checkpoint_interval=checkpoint_interval, metrics=metrics
+            tenant,
+            place,
+            spec,
+            checkpoint_interval=checkpoint_interval,
+            metrics=metrics,
+            poll_s=poll_s,
+            background=background,
         )
-        self.files = TableFiles(path, spec, bucket_s, self.label)
+        self.files = TableFiles(place, spec, bucket_s, self.label)
         self._coverage = CoverageIndex(self.files)
-        self._series = SeriesIndex(path, spec, self.label) if spec.index_columns else None
-        self._lookup = LookupIndex(path, spec, self.label) if spec.lookup_column else None
+        self._series = SeriesIndex(place, spec, self.label) if spec.index_columns else None
+        if self._series is not None and not place.local:  # on disk, read back cheaply
+            self.files.summaries = self._series.remember
+        self._lookup = LookupIndex(place, spec, self.label) if spec.lookup_column else None
+
+    @property
+    def path(self) -> Path:
+        """The table's directory on local disk (a table in a bucket has none: use ``place``)."""
+        return self.place.root
 
     def __repr__(self) -> str:
         return f"Table({self.label})"
@@ -142,11 +160,15 @@ class Table:
         *,
         app_id: str = WAL_APP_ID,
         helpers: concurrent.futures.Executor | None = None,
+        after: int | None = None,
     ) -> CommitResult | None:
         """Write rows as hourly Parquet files and commit them with txn ``(app_id, wal_lsn)``.
 
         Returns None, committing nothing, when the table already holds ``wal_lsn``.
         ``helpers``: threads to share the writing with (:meth:`TableFiles.write`).
+        ``after``: the rows are those of LSNs above it; CommitConflictError, committing
+        nothing, when the table comes to hold an LSN between the two (an earlier
+        attempt's commit that landed late), so that no row is committed twice.
         """
         if wal_lsn <= 0:
             raise ValueError(f"wal_lsn must be positive, got {wal_lsn}")
@@ -160,7 +182,7 @@ class Table:
             Commit(
                 operation="flush",
                 adds=tuple(prepared),
-                txn=Txn(app_id, wal_lsn),
+                txn=Txn(app_id, wal_lsn, after),
                 metadata={"shoal.walLsn": wal_lsn},
             ),
             started=started,
@@ -232,7 +254,7 @@ class Table:
         """
         hours = max(0, math.ceil(retention_hours))
         deleted, latest = self.log.vacuum(hours, dry_run=dry_run)
-        rels = [os.path.relpath(f.path, self.path) for f in latest.files]
+        rels = [self.place.rel(f.path) for f in latest.files]
         active = {series_index.CHECKPOINT}
         active.update(layout.coverage_path(rel) for rel in rels)
         active.update(layout.series_path(rel) for rel in rels)
@@ -246,13 +268,14 @@ class Table:
             layout.LOOKUP_DIR,
         )
         for sidecars in sidecar_dirs:
-            if not (self.path / sidecars).is_dir():
-                continue
-            for entry in os.scandir(self.path / sidecars):
-                rel = f"{sidecars}/{entry.name}"
-                if rel in active or entry.stat().st_mtime > cutoff:
+            for name, mtime in self.place.listdir(sidecars):
+                rel = f"{sidecars}/{name}"
+                if rel in active or mtime > cutoff:
                     continue
                 deleted.append(rel)
                 if not dry_run:
-                    os.unlink(entry.path)
+                    try:
+                        self.place.delete(rel)
+                    except FileNotFoundError:
+                        pass
         return deleted

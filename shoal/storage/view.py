@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -78,6 +78,11 @@ class TableInput:
         return sum(b.num_rows for b in self.batches)
 
 
+Fetch = Callable[[Sequence[ScanFile]], list[ScanFile]]
+"""Committed files made readable on local disk (:meth:`shoal.storage.cache.FileCache.local`):
+the same files, each ``path`` a local file."""
+
+
 @dataclasses.dataclass(frozen=True)
 class TenantView:
     """Everything one query of one tenant may read."""
@@ -85,6 +90,12 @@ class TenantView:
     tenant: str
     tables: dict[str, TableInput]
     as_of: AsOf | None = None
+    fetch: Fetch | None = None
+    """How a reader gets the files it chose as local files (None: they already are)."""
+
+    def local(self, files: Sequence[ScanFile]) -> list[ScanFile]:
+        """``files`` as local files (from the read cache when the tables are in a bucket)."""
+        return list(files) if self.fetch is None else self.fetch(files)
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema, table: str) -> pa.RecordBatch:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,83 +12,31 @@ import pytest
 from loadtest.pipeline_data import metrics_table
 from shoal.storage.store import TableStore
 from tests.pipeline.conftest import T0_US, delta_rows, rows_multiset
-from tests.pipeline.helpers import child_env, kill_group, shoal_cmd, start
+from tests.pipeline.helpers import (
+    child_env,
+    kill_group,
+    shoal_cmd,
+    start,
+    start_master,
+    worker_args,
+)
 
 pytestmark = pytest.mark.spark
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _spark_class() -> str:
-    import pyspark
-
-    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
-
-
-def _wait_for_port(port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.5)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
 
 
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[str]:
     """A standalone master and a worker from the pip-installed pyspark, on loopback."""
-    port = 7077 if _port_free(7077) else _free_port()
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_WORKER_DIR=str(tmp_path / "work"))
-    master = start(
-        [
-            _spark_class(),
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--webui-port",
-            str(_free_port()),
-        ],
-        env,
-        tmp_path / "master.log",
-    )
+    master, url = start_master(env, tmp_path / "master.log")
     worker = None
     try:
-        _wait_for_port(port, 60)
-        url = f"spark://127.0.0.1:{port}"
-        worker = start(
-            [
-                _spark_class(),
-                "org.apache.spark.deploy.worker.Worker",
-                url,
-                "--host",
-                "127.0.0.1",
-                "--cores",
-                "2",
-                "--memory",
-                "2g",
-                "--webui-port",
-                str(_free_port()),
-            ],
-            env,
-            tmp_path / "worker.log",
-        )
+        worker = start(worker_args(url, 2, "2g", tmp_path / "work"), env, tmp_path / "worker.log")
         yield url
     finally:
         if worker is not None:
             kill_group(worker)
         kill_group(master)
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
 
 
 def test_compaction_on_a_standalone_cluster(cluster: str, tmp_path: Path) -> None:

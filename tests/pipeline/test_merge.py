@@ -18,6 +18,8 @@ from shoal.pipeline.writer import WriteTarget
 from shoal.schema import METRICS, METRICS_SCHEMA
 from shoal.storage import coverage as cov
 from shoal.storage import layout
+from shoal.storage.location import StorageLocation
+from shoal.storage.place import Place
 from tests.pipeline.conftest import HOUR_US, T0_US, rows_multiset
 
 
@@ -36,6 +38,10 @@ def _small_files(root: Path, count: int, *, span_s: int = 3000, seed: int = 0) -
     return paths
 
 
+def _place(root: Path) -> Place:
+    return Place(StorageLocation.local(root))
+
+
 def _read(paths: list[str]) -> pa.Table:
     return pa.concat_tables([pq.read_table(p) for p in paths])
 
@@ -44,7 +50,7 @@ def _read(paths: list[str]) -> pa.Table:
 def test_merged_files_look_like_the_flushers(tmp_path: Path, span_s: int) -> None:
     inputs = _small_files(tmp_path / "in", 5, span_s=span_s)
     out = tmp_path / "out"
-    target = WriteTarget(str(out), METRICS, 128 * 1024 * 1024, 60)
+    target = WriteTarget(_place(out), METRICS, 128 * 1024 * 1024, 60)
     written = merge_runs(target, [inputs])
     paths = [str(out / str(w["path"])) for w in written]
     assert rows_multiset(_read(paths)) == rows_multiset(_read(inputs))
@@ -95,7 +101,7 @@ def test_large_dictionaries_are_written_plain(
 ) -> None:
     monkeypatch.setattr(encoded, "DICTIONARY_BYTES_LIMIT", 16)
     inputs = _small_files(tmp_path / "in", 3)
-    target = WriteTarget(str(tmp_path / "out"), METRICS, 128 * 1024 * 1024, 60)
+    target = WriteTarget(_place(tmp_path / "out"), METRICS, 128 * 1024 * 1024, 60)
     written = merge_files(target, inputs)
     paths = [str(tmp_path / "out" / str(w["path"])) for w in written]
     assert rows_multiset(_read(paths)) == rows_multiset(_read(inputs))
@@ -116,7 +122,7 @@ def test_files_of_several_row_groups_merge(tmp_path: Path, monkeypatch: pytest.M
     assert pq.ParquetFile(big).num_row_groups > 1
     inputs = [str(big), *_small_files(tmp_path / "in", 2, seed=3)]
     out = tmp_path / "out"
-    written = merge_runs(WriteTarget(str(out), METRICS, 128 * 1024 * 1024, 60), [inputs])
+    written = merge_runs(WriteTarget(_place(out), METRICS, 128 * 1024 * 1024, 60), [inputs])
     paths = [str(out / str(w["path"])) for w in written]
     assert sum(pq.ParquetFile(p).num_row_groups for p in paths) > 1
     assert rows_multiset(_read(paths)) == rows_multiset(_read(inputs))
@@ -149,7 +155,7 @@ def test_the_merged_dictionary_decides_plain_strings(
 
     monkeypatch.setattr(merge_mod, "write_hour", spy)
     out = tmp_path / "out"
-    written = merge_files(WriteTarget(str(out), METRICS, 128 * 1024 * 1024, 60), paths)
+    written = merge_files(WriteTarget(_place(out), METRICS, 128 * 1024 * 1024, 60), paths)
     (schema,) = seen
     assert schema.field("metric_unit").type == pa.string()
     assert pa.types.is_dictionary(schema.field("metric_name").type)

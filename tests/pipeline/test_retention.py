@@ -10,7 +10,7 @@ import pytest
 from loadtest.pipeline_data import metrics_table
 from shoal import config as config_mod
 from shoal.errors import JobConflictError
-from shoal.pipeline.commit import relative, run_with_retries
+from shoal.pipeline.commit import run_with_retries
 from shoal.pipeline.retention import apply_retention, retention_days
 from shoal.storage.commit import Commit
 from shoal.storage.store import TableStore
@@ -66,7 +66,7 @@ def test_conflict_rereads_and_retries(store: TableStore, cfg: config_mod.Config)
         calls.append(snapshot.version)
         if not snapshot.files:
             return None
-        victim = relative(table.path, snapshot.files[0].path)
+        victim = table.place.rel(snapshot.files[0].path)
         if len(calls) == 1:
             # another writer removes the same file first
             table.commit(
@@ -86,7 +86,7 @@ def test_gives_up_with_a_clear_error(store: TableStore) -> None:
     table = store.open("acme", "metrics")
 
     def always_lose(snapshot: TableSnapshot) -> Commit | None:
-        victim = relative(table.path, snapshot.files[0].path)
+        victim = table.place.rel(snapshot.files[0].path)
         table.commit(Commit("TEST", (), (victim,), data_change=True, read_version=snapshot.version))
         return Commit("TEST", (), (victim,), data_change=True)
 

@@ -15,6 +15,7 @@ import pytest
 from loadtest import payloads
 from loadtest.ingest import BASE_NS
 from shoal import otlp
+from shoal.errors import CommitConflictError
 from shoal.ingest import records
 from shoal.server.telemetry import ServerMetrics
 from shoal.storage import faults
@@ -179,12 +180,12 @@ class _During:
 
         class Table:
             def flush(
-                self, data: pa.Table, wal_lsn: int, *, helpers: Executor | None
+                self, data: pa.Table, wal_lsn: int, *, helpers: Executor | None, after: int | None
             ) -> CommitResult | None:
                 for request in store.arriving:
                     rig.append(tenant, table, request)
                 store.arriving = []
-                return inner.flush(data, wal_lsn, helpers=helpers)
+                return inner.flush(data, wal_lsn, helpers=helpers, after=after)
 
             def committed_lsn(self) -> int:
                 return inner.committed_lsn()
@@ -240,10 +241,10 @@ class _Arriving:
 
         class Table:
             def flush(
-                self, data: pa.Table, wal_lsn: int, *, helpers: Executor | None
+                self, data: pa.Table, wal_lsn: int, *, helpers: Executor | None, after: int | None
             ) -> CommitResult | None:
                 rig.append(tenant, table, _rows(1000 + wal_lsn))
-                return inner.flush(data, wal_lsn)
+                return inner.flush(data, wal_lsn, after=after)
 
             def committed_lsn(self) -> int:
                 return inner.committed_lsn()
@@ -304,5 +305,64 @@ def test_a_round_of_the_thread_takes_a_rounds_worth_and_leaves_the_rest(tmp_path
         assert sorted(written.column("time_unix_nano").to_pylist()) == sorted(
             expected.column("time_unix_nano").to_pylist()
         )
+    finally:
+        rig.close()
+
+
+class _LandsLate:
+    """A store whose first flush fails with its commit still on the way (a request the
+    object store timed out on), which then lands during the next round's write."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.rig = rig
+        self.late: tuple[pa.Table, int] | None = None
+        self.conflicts = 0
+
+    def open(self, tenant: str, table: str) -> FlushTable:
+        inner, outer = self.rig.store.open(tenant, table), self
+
+        class Table:
+            def flush(
+                self, data: pa.Table, wal_lsn: int, *, helpers: Executor | None, after: int | None
+            ) -> CommitResult | None:
+                if outer.late is None:
+                    outer.late = (data, wal_lsn)
+                    raise TimeoutError("the store did not answer in time")
+                landing, outer.late = outer.late, (data, 0)
+                if landing[1]:
+                    inner.flush(landing[0], landing[1])  # the first attempt lands now
+                try:
+                    return inner.flush(data, wal_lsn, helpers=helpers, after=after)
+                except CommitConflictError:
+                    outer.conflicts += 1
+                    raise
+
+            def committed_lsn(self) -> int:
+                return inner.committed_lsn()
+
+        return Table()
+
+
+def test_a_commit_that_lands_after_the_next_round_began_is_not_committed_twice(
+    tmp_path: Path,
+) -> None:
+    """Round 1 fails, its commit still on the way; round 2 writes round 1's rows and
+    more, and round 1's commit lands meanwhile: round 2's commit is refused, and round 3
+    drops round 1's rows and commits only the rest."""
+    rig = Rig(tmp_path)
+    store = _LandsLate(rig)
+    flusher = Flusher(rig.unflushed, store, rig.wal, 1 << 30, 3600, rig.metrics)
+    try:
+        rig.append("acme", "metrics", _rows(1))
+        assert not flusher.flush()  # timed out
+        rig.append("acme", "metrics", _rows(2))
+        assert not flusher.flush()  # round 1's commit landed under it: refused
+        assert store.conflicts == 1
+        assert rig.visible("acme", "metrics") == 100
+        assert flusher.flush()
+        assert rig.unflushed.rows == 0
+        rows = _read(rig.store, "acme", "metrics")
+        assert rows.num_rows == 100  # each row once
+        assert rig.store.open("acme", "metrics").committed_lsn() == 2
     finally:
         rig.close()

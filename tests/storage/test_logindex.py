@@ -18,6 +18,8 @@ from shoal.pipeline.writer import WriteTarget
 from shoal.promwrite import snappy
 from shoal.schema import LOGS
 from shoal.storage import logindex
+from shoal.storage.location import StorageLocation
+from shoal.storage.place import Place
 from shoal.storage.store import TableStore
 
 MINUTE = 60_000_000_000
@@ -68,7 +70,7 @@ def test_the_flush_writes_each_files_summary(tmp_path: Path) -> None:
     # a lost summary is rebuilt from the file, and written again
     lost = root / logindex.index_path(str(Path(snapshot.files[0].path).relative_to(root)))
     lost.unlink()
-    rebuilt = logindex.Summaries().of_file(root, snapshot.files[0].path)
+    rebuilt = logindex.Summaries().of_file(store.place("acme", "logs"), snapshot.files[0].path)
     assert rebuilt.equals(summaries[0]) and lost.is_file()
 
 
@@ -79,7 +81,9 @@ def test_the_spark_jobs_writer_writes_the_summary_of_its_files(tmp_path: Path) -
         pq.write_table(_rows(3000, 10 + i).cast(LOGS.schema), path)
         inputs.append(str(path))
     out = tmp_path / "out"
-    written = merge_files(WriteTarget(str(out), LOGS, 128 << 20, 60), inputs)
+    out.mkdir()
+    place = Place(StorageLocation.local(out))
+    written = merge_files(WriteTarget(place, LOGS, 128 << 20, 60), inputs)
     summaries = [pq.read_table(out / logindex.index_path(str(w["path"]))) for w in written]
     rows = pa.concat_tables(pq.read_table(p) for p in inputs)
     assert _actual(summaries) == _expected(rows)
