@@ -11,6 +11,10 @@ HASH   := $(shell cat pyproject.toml $(LOCK) setup.py $(CSRC) | cksum | cut -d' 
 SERVE_STAMP := $(VENV)/.installed-serve-$(HASH)
 STAMP  := $(VENV)/.installed-dev-$(HASH)
 PYTEST := $(BIN)/python -m pytest
+# The default suites run across processes, whole files to a process: most tests wait
+# on servers, subprocesses and disks rather than the CPU, so three share two cores well.
+TEST_WORKERS ?= 3
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 PIP    := $(BIN)/python -m pip install --quiet --constraint $(LOCK)
 
 .PHONY: serve test test-fast test-slow test-spark test-all lint typecheck check lock \
@@ -46,11 +50,11 @@ test: $(STAMP)
 	$(BIN)/ruff check shoal tests loadtest
 	$(BIN)/ruff format --check shoal tests loadtest
 	$(BIN)/mypy
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -m "not slow" $(PARALLEL)
 
 ## The default suite without the Spark jobs (about half the time).
 test-fast: $(STAMP)
-	$(PYTEST) -m "not slow and not spark"
+	$(PYTEST) -m "not slow and not spark" $(PARALLEL)
 
 test-slow: $(BENCH_STAMP)
 	$(PYTEST) -m slow

@@ -21,12 +21,14 @@ from shoal.schema import ATTRS
 
 T = TypeVar("T")
 
-RESOURCE_SCOPE_COLUMNS = (
-    "service_name",
+RESOURCE_COLUMNS = (
     "resource_attributes",
     "resource_attributes_types",
     "resource_dropped_attributes_count",
     "resource_schema_url",
+)
+"""The columns that carry a row's resource (``service_name`` is derived from them)."""
+SCOPE_COLUMNS = (
     "scope_name",
     "scope_version",
     "scope_attributes",
@@ -34,6 +36,8 @@ RESOURCE_SCOPE_COLUMNS = (
     "scope_dropped_attributes_count",
     "scope_schema_url",
 )
+"""The columns that carry a row's instrumentation scope."""
+RESOURCE_SCOPE_COLUMNS = ("service_name", *RESOURCE_COLUMNS, *SCOPE_COLUMNS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,21 +24,10 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, TracesData
 
 from shoal.otlp import anyvalue
+from shoal.otlp.common import RESOURCE_COLUMNS, SCOPE_COLUMNS
 
-RESOURCE_KEY = (
-    "resource_attributes",
-    "resource_attributes_types",
-    "resource_dropped_attributes_count",
-    "resource_schema_url",
-)
-SCOPE_KEY = (
-    "scope_name",
-    "scope_version",
-    "scope_attributes",
-    "scope_attributes_types",
-    "scope_dropped_attributes_count",
-    "scope_schema_url",
-)
+RESOURCE_KEY = RESOURCE_COLUMNS
+SCOPE_KEY = SCOPE_COLUMNS
 SPAN_COLUMNS = (
     "trace_id",
     "span_id",

@@ -290,7 +290,8 @@ def test_a_client_that_goes_away_stops_its_query(
             + f"Content-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
-        assert cpu_over(process, 0.5) > 0.5  # the query is running
+        # the query is running (within a second: other tests may share the cores)
+        assert any(cpu_over(process, 0.25) > 0.4 for _ in range(4))
     # gone well before the time limit: the CPU is idle again long before it would expire
     started = time.monotonic()
     assert back_to_idle(process, within_s=1.5) <= IDLE_CPU
