@@ -6,12 +6,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shoal.auth import TokenStore
 from shoal.errors import TraceQLError
 from shoal.sql.service import QueryService
 from tests.sql.api_app import SyncClient
@@ -25,25 +23,10 @@ WINDOW = {"start": T0 // 10**9 - 60, "end": T0 // 10**9 + 7200}
 
 
 @pytest.fixture
-def harness(tmp_path: Path) -> Harness:
-    return Harness(tmp_path / "data")
-
-
-@pytest.fixture
 def service(harness: Harness) -> Iterator[QueryService]:
     svc = harness.service(timeout_s=5.0)
     yield svc
     svc.shutdown()
-
-
-@pytest.fixture
-def auth(harness: Harness) -> dict[str, dict[str, str]]:
-    store = TokenStore(harness.data_dir)
-    out = {}
-    for tenant in ("acme", "other"):
-        token, _ = store.create(tenant, frozenset({"query"}))
-        out[tenant] = {"Authorization": f"Bearer {token}"}
-    return out
 
 
 @pytest.fixture

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
-from shoal.auth import TokenStore
 from shoal.sql.service import QueryService
 from tests.sql.api_app import SyncClient
 from tests.sql.helpers import Harness
@@ -17,21 +15,6 @@ from tests.sql.helpers import Harness
 from .helpers import T0, app_client, ingest, rich_trace
 
 WINDOW = {"start": T0 // 10**9 - 60, "end": T0 // 10**9 + 600}
-
-
-@pytest.fixture
-def harness(tmp_path: Path) -> Harness:
-    return Harness(tmp_path / "data")
-
-
-@pytest.fixture
-def auth(harness: Harness) -> dict[str, dict[str, str]]:
-    store = TokenStore(harness.data_dir)
-    out = {}
-    for tenant in ("acme", "other"):
-        token, _ = store.create(tenant, frozenset({"query"}))
-        out[tenant] = {"Authorization": f"Bearer {token}"}
-    return out
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -26,25 +25,10 @@ HEX = TRACE.hex()
 
 
 @pytest.fixture
-def harness(tmp_path: Path) -> Harness:
-    return Harness(tmp_path / "data")
-
-
-@pytest.fixture
 def service(harness: Harness) -> Iterator[QueryService]:
     svc = harness.service()
     yield svc
     svc.shutdown()
-
-
-@pytest.fixture
-def tokens(harness: Harness) -> dict[str, dict[str, str]]:
-    store = TokenStore(harness.data_dir)
-    out = {}
-    for tenant in ("acme", "other"):
-        token, _ = store.create(tenant, frozenset({"query"}))
-        out[tenant] = {"Authorization": f"Bearer {token}"}
-    return out
 
 
 @pytest.fixture
@@ -58,13 +42,13 @@ def _sent(*requests: ExportTraceServiceRequest) -> list[tuple[bytes, bytes, byte
 
 
 def test_a_trace_split_across_a_flush_comes_back_whole_in_every_form(
-    harness: Harness, client: SyncClient, tokens: dict[str, dict[str, str]]
+    harness: Harness, client: SyncClient, auth: dict[str, dict[str, str]]
 ) -> None:
     first, second = rich_trace(TRACE)
     ingest(harness, "acme", first)
     assert harness.flush("acme", "spans") == 2
     ingest(harness, "acme", second)  # unflushed
-    auth = tokens["acme"]
+    auth = auth["acme"]
     want = _sent(first, second)
 
     proto = {"Accept": "application/protobuf", **auth}
@@ -102,12 +86,12 @@ def test_a_trace_split_across_a_flush_comes_back_whole_in_every_form(
 
 
 def test_start_and_end_find_a_trace_only_by_a_span_inside(
-    harness: Harness, client: SyncClient, tokens: dict[str, dict[str, str]]
+    harness: Harness, client: SyncClient, auth: dict[str, dict[str, str]]
 ) -> None:
     first, second = rich_trace(TRACE)
     ingest(harness, "acme", first)
     ingest(harness, "acme", second)
-    auth = tokens["acme"]
+    auth = auth["acme"]
     t = T0 // 1_000_000_000
     inside = client.get(f"/api/v2/traces/{HEX}?start={t}&end={t + 5}", headers=auth)
     assert inside.status_code == 200
@@ -116,8 +100,8 @@ def test_start_and_end_find_a_trace_only_by_a_span_inside(
     assert outside.status_code == 404
 
 
-def test_unknown_and_malformed_ids(client: SyncClient, tokens: dict[str, dict[str, str]]) -> None:
-    auth = tokens["acme"]
+def test_unknown_and_malformed_ids(client: SyncClient, auth: dict[str, dict[str, str]]) -> None:
+    auth = auth["acme"]
     missing = client.get("/api/traces/" + "1" * 32, headers=auth)
     assert missing.status_code == 404
     assert "trace not found" in missing.text
@@ -131,21 +115,21 @@ def test_unknown_and_malformed_ids(client: SyncClient, tokens: dict[str, dict[st
 
 
 def test_another_tenant_and_its_header_see_nothing(
-    harness: Harness, client: SyncClient, tokens: dict[str, dict[str, str]]
+    harness: Harness, client: SyncClient, auth: dict[str, dict[str, str]]
 ) -> None:
     first, second = rich_trace(TRACE)
     ingest(harness, "acme", first)
     harness.flush("acme", "spans")
     ingest(harness, "acme", second)
-    assert client.get(f"/api/traces/{HEX}", headers=tokens["acme"]).status_code == 200
-    assert client.get(f"/api/traces/{HEX}", headers=tokens["other"]).status_code == 404
-    widened = {**tokens["other"], "X-Scope-OrgID": "acme"}
+    assert client.get(f"/api/traces/{HEX}", headers=auth["acme"]).status_code == 200
+    assert client.get(f"/api/traces/{HEX}", headers=auth["other"]).status_code == 404
+    widened = {**auth["other"], "X-Scope-OrgID": "acme"}
     assert client.get(f"/api/v2/traces/{HEX}", headers=widened).status_code == 404
     assert client.get(f"/api/traces/{HEX}").status_code == 401
     assert client.get("/api/echo").status_code == 401
-    echo = client.get("/api/echo", headers=tokens["other"])
+    echo = client.get("/api/echo", headers=auth["other"])
     assert (echo.status_code, echo.text) == (200, "echo\n")
-    info = client.get("/api/status/buildinfo", headers=tokens["other"]).json()
+    info = client.get("/api/status/buildinfo", headers=auth["other"]).json()
     assert info["version"].count(".") == 2
 
 
