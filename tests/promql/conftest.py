@@ -51,6 +51,22 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
+def remote_write_to(urls: list[str], series: Any) -> None:
+    """Send ``series`` (``loadtest.remote_write.encode``'s input) in one remote-write 1.0
+    request to each server of ``urls`` (Prometheus and shoal alike)."""
+    from loadtest import remote_write
+
+    body = remote_write.compress(remote_write.encode(series))
+    headers = {
+        "Content-Type": "application/x-protobuf",
+        "Content-Encoding": "snappy",
+        "X-Prometheus-Remote-Write-Version": "0.1.0",
+    }
+    for url in urls:
+        status, answer = post(url + "/api/v1/write", body, headers)
+        assert status in (200, 204), answer
+
+
 def get_json(base: str, path: str, params: dict[str, Any] | list[tuple[str, Any]]) -> Any:
     query = urllib.parse.urlencode(params)
     try:

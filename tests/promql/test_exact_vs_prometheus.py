@@ -19,11 +19,10 @@ from typing import Any
 
 import pytest
 
-from loadtest import remote_write
 from loadtest.ingest import ServerProcess
 from loadtest.prometheus import Prometheus
 from tests.promql import exact
-from tests.promql.conftest import get_json, post
+from tests.promql.conftest import get_json, remote_write_to
 
 MINUTE = 60_000
 RANGE_MS = 5 * MINUTE
@@ -120,15 +119,7 @@ def _series(base: int) -> list[tuple[dict[str, str], Points]]:
 @pytest.fixture(scope="module")
 def loaded(prometheus: Prometheus, shoal_server: ServerProcess) -> int:
     base = (int(time.time() * 1000) - 40 * MINUTE) // MINUTE * MINUTE + 4_321
-    body = remote_write.compress(remote_write.encode(_series(base)))
-    headers = {
-        "Content-Type": "application/x-protobuf",
-        "Content-Encoding": "snappy",
-        "X-Prometheus-Remote-Write-Version": "0.1.0",
-    }
-    for url in (prometheus.url, shoal_server.url):
-        status, answer = post(url + "/api/v1/write", body, headers)
-        assert status in (200, 204), answer
+    remote_write_to([prometheus.url, shoal_server.url], _series(base))
     return base
 
 

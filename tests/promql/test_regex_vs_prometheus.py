@@ -13,11 +13,10 @@ import time
 
 import pytest
 
-from loadtest import remote_write
 from loadtest.ingest import ServerProcess
 from loadtest.prometheus import Prometheus
 from tests.promql.compare import compare
-from tests.promql.conftest import get_json, post
+from tests.promql.conftest import get_json, remote_write_to
 
 VALUES = [
     "GET",
@@ -98,15 +97,7 @@ def loaded(prometheus: Prometheus, shoal_server: ServerProcess) -> float:
     series = [
         ({"__name__": "regex_probe", "n": str(i), "v": v}, samples) for i, v in enumerate(VALUES)
     ]
-    body = remote_write.compress(remote_write.encode(series))
-    headers = {
-        "Content-Type": "application/x-protobuf",
-        "Content-Encoding": "snappy",
-        "X-Prometheus-Remote-Write-Version": "0.1.0",
-    }
-    for url in (prometheus.url, shoal_server.url):
-        status, answer = post(url + "/api/v1/write", body, headers)
-        assert status in (200, 204), answer
+    remote_write_to([prometheus.url, shoal_server.url], series)
     return (now - 10_000) / 1000
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
@@ -150,3 +151,14 @@ def app_client(
         yield tc
     finally:
         tc.close()
+
+
+def search_all(client: SyncClient, query: str) -> Any:
+    """Tempo's search answer to ``query`` over the tests' two hours, unlimited."""
+    start = T0 // 10**9 - 60
+    response = client.get(
+        "/api/search",
+        params={"q": query, "limit": 100_000, "spss": 100_000, "start": start, "end": start + 7200},
+    )
+    assert response.status_code == 200, (query, response.text)
+    return response.json()

@@ -7,7 +7,6 @@ computes from the spans sent (tests/traceql/oracle.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +17,7 @@ from tests.sql.api_app import SyncClient
 from tests.sql.helpers import Harness
 
 from .corpus import METHODS, NAMES, REGIONS, SERVICES, corpus
-from .helpers import T0, app_client, ingest
+from .helpers import app_client, ingest, search_all
 from .oracle import Trace, answer
 
 FUZZ = settings(
@@ -155,16 +154,6 @@ def queries(draw: st.DrawFn) -> str:
     return text
 
 
-def _search(client: SyncClient, query: str) -> Any:
-    start = T0 // 10**9 - 60
-    response = client.get(
-        "/api/search",
-        params={"q": query, "limit": 100_000, "spss": 100_000, "start": start, "end": start + 7200},
-    )
-    assert response.status_code == 200, (query, response.text)
-    return response.json()
-
-
 @FUZZ
 @given(query=queries())
 def test_generated_queries_match_the_oracle(
@@ -173,7 +162,7 @@ def test_generated_queries_match_the_oracle(
     client, traces = loaded
     expected = answer(traces, parse(query))
     got: dict[str, set[frozenset[str]]] = {}
-    for trace in _search(client, query)["traces"]:
+    for trace in search_all(client, query)["traces"]:
         found = trace["traceID"].rjust(32, "0")
         got[found] = {frozenset(s["spanID"] for s in ss["spans"]) for ss in trace["spanSets"]}
     assert got == expected, query

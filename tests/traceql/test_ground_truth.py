@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -18,7 +17,7 @@ from tests.sql.api_app import SyncClient
 from tests.sql.helpers import Harness
 
 from .corpus import corpus
-from .helpers import T0, app_client
+from .helpers import app_client, search_all
 from .oracle import Trace, answer
 
 N_TRACES = 2400
@@ -168,16 +167,6 @@ def loaded(
     service.shutdown()
 
 
-def _search(client: SyncClient, query: str) -> Any:
-    start = T0 // 10**9 - 60
-    response = client.get(
-        "/api/search",
-        params={"q": query, "limit": 100_000, "spss": 100_000, "start": start, "end": start + 7200},
-    )
-    assert response.status_code == 200, (query, response.text)
-    return response.json()
-
-
 def test_there_are_enough_queries_and_traces(loaded: tuple[SyncClient, dict[str, Trace]]) -> None:
     assert len(QUERIES) >= 150
     _, traces = loaded
@@ -190,7 +179,7 @@ def test_search_matches_the_oracle(loaded: tuple[SyncClient, dict[str, Trace]], 
     client, traces = loaded
     expected = answer(traces, parse(query))
     got: dict[str, set[frozenset[str]]] = {}
-    for trace in _search(client, query)["traces"]:
+    for trace in search_all(client, query)["traces"]:
         full = trace["traceID"].rjust(32, "0")
         got[full] = {frozenset(s["spanID"] for s in ss["spans"]) for ss in trace["spanSets"]}
         for ss in trace["spanSets"]:
