@@ -22,7 +22,10 @@ HOUR_US = 3_600_000_000
 
 
 @pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+def spark(tmp_path_factory: pytest.TempPathFactory, s3_server: Any) -> Iterator[SparkSession]:
+    """A local Spark session. Its JVM, started once per process and kept by PySpark across
+    sessions, passes its environment to every Python task it forks; the S3 server's AWS
+    variables are set first, so tasks of a test on the bucket sign their requests."""
     from shoal.pipeline.session import create_session
 
     logs = tmp_path_factory.mktemp("spark")  # Spark's own log goes to <data_dir>/logs
