@@ -3,7 +3,9 @@
 ``python -m loadtest.bench_peers [--duration 20] [--repeat 2] [--workers 4] [--shuffled]``
 (``--decode-only``: shoal's remote-write decoder alone, with and without its series cache,
 and its OTLP metrics decoder on the benchmark's OTLP bodies;
-``--shuffled``: each remote-write request sends its series in another order)
+``--shuffled``: each remote-write request sends its series in another order;
+``--bucket``: shoal's tables in a loopback S3 bucket, moto's server, each server under
+its own prefix, so that its flusher commits to object storage while it ingests)
 
 16,000 series, 1,000 samples per request (a thousand series, one sample each, the
 sixteen groups in turn, timestamps advancing each round); shoal by OTLP gets the same
@@ -32,6 +34,7 @@ import argparse
 import http.client
 import importlib.util
 import multiprocessing as mp
+import os
 import random
 import re
 import shutil
@@ -307,6 +310,10 @@ def _victoria(tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
     raise RuntimeError("victoria-metrics did not start")
 
 
+BUCKET: list[str] = []
+"""With ``--bucket``: the ``s3://`` URL under which shoal's servers keep their tables."""
+
+
 def run_one(
     name: str, tmp: Path, duration: float, workers: int, shuffled: bool = False
 ) -> dict[str, float]:
@@ -337,7 +344,10 @@ def run_one(
                 pass
             return directory_bytes(tmp / "vm"), float("nan")
     else:
-        server = ServerProcess(tmp / "data", env={"SHOAL_LOG_LEVEL": "warning"}).start()
+        env = {"SHOAL_LOG_LEVEL": "warning"}
+        if BUCKET:  # each server its own prefix of the bucket, as its own data dir
+            env["SHOAL_STORAGE_URL"] = f"{BUCKET[0]}/{tmp.name}"
+        server = ServerProcess(tmp / "data", env=env).start()
         assert server.proc is not None
         pid, port = server.proc.pid, server.http_port
         if name == "shoal (remote write)":
@@ -537,6 +547,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--decode-only", action="store_true", help="time shoal's remote-write decoder alone"
     )
+    parser.add_argument(
+        "--bucket",
+        action="store_true",
+        help="shoal's tables in a loopback S3 bucket (moto's server) instead of on local disk",
+    )
     args = parser.parse_args(argv)
     if args.decode_only:
         decode_only()
@@ -545,6 +560,21 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in chosen if s not in SERVERS]
     if unknown:
         parser.error(f"unknown server(s) {', '.join(map(repr, unknown))}; choose from {SERVERS}")
+    if not args.bucket:
+        return _run(args, chosen)
+    from loadtest.s3server import S3Server
+
+    with tempfile.TemporaryDirectory(prefix="shoal-peers-s3-") as work:
+        s3 = S3Server(free_port(), log=Path(work) / "s3.log").start()
+        os.environ.update(s3.env())
+        BUCKET[:] = ["s3://shoal/peers"]
+        try:
+            return _run(args, chosen)
+        finally:
+            s3.stop()
+
+
+def _run(args: argparse.Namespace, chosen: list[str]) -> int:
     results: dict[str, list[dict[str, float]]] = {s: [] for s in chosen}
     for repetition in range(args.repeat):
         for name in chosen:
