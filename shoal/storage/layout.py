@@ -167,7 +167,7 @@ def write_to(table: pa.Table, place: Place, rel: str, spec: TableSpec) -> int:
         rel,
         table,
         keep=True,
-        row_group_size=ROW_GROUP_ROWS,
+        row_group_size=row_group_rows(spec),
         **writer_options(table.schema, spec.sort_columns),
     )
 

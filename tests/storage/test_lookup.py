@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -49,3 +52,25 @@ def test_damaged_bytes_are_refused(garbage: bytes, cut: int) -> None:
         Bloom.from_bytes(garbage)
     except ValueError:
         pass
+
+
+def test_a_flushed_spans_file_is_in_row_groups_of_its_spec(tmp_path: Path) -> None:
+    """A trace by id decodes the row groups that can hold the id: the flush writes the
+    spans sorted by trace id in row groups of ``row_group_rows``, not the default size."""
+    from loadtest import payloads
+    from shoal.otlp.decode import decode
+    from shoal.schema import SPANS
+    from shoal.storage.store import TableStore
+
+    assert SPANS.row_group_rows is not None and SPANS.row_group_rows < 10_000
+    request = payloads.traces_request(spans=3 * SPANS.row_group_rows + 17, spans_per_trace=3)
+    rows = decode("spans", request.SerializeToString()).table
+    table = TableStore(tmp_path).open("acme", "spans", create=True)
+    table.flush(rows.to_batches(), 1)
+    (file,) = table.snapshot().files
+    meta = pq.read_metadata(file.path)
+    assert meta.num_rows == rows.num_rows and meta.num_row_groups == 4
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert max(sizes) == SPANS.row_group_rows
+    ids = pq.read_table(file.path, columns=["trace_id"]).column("trace_id").to_pylist()
+    assert ids == sorted(ids)
