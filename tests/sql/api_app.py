@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -53,9 +54,18 @@ class SyncClient:
 
 @contextmanager
 def client(harness: Harness, service: QueryService) -> Iterator[SyncClient]:
+    with query_client(harness.data_dir, service) as tc:
+        yield tc
+
+
+@contextmanager
+def query_client(
+    data_dir: Path, service: QueryService, anonymous: bool = False
+) -> Iterator[SyncClient]:
+    """The app's query routes over ``service``, the tokens of ``data_dir`` checked."""
     services = AppServices(
-        authenticator=Authenticator(TokenStore(harness.data_dir), allow_anonymous=False),
-        ingest=None,  # type: ignore[arg-type]  # the SQL routes never touch ingest
+        authenticator=Authenticator(TokenStore(data_dir), allow_anonymous=anonymous),
+        ingest=None,  # type: ignore[arg-type]  # the query routes never touch ingest
         is_ready=lambda: True,
         metrics_exposition=lambda: (b"", "text/plain"),
         max_body_bytes=1 << 20,

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 
-from shoal.api.app import AppServices, create_app
-from shoal.auth import Authenticator, TokenStore
 from shoal.otlp import decode
 from shoal.sql.service import QueryService
-from tests.sql.api_app import SyncClient
+from tests.sql.api_app import SyncClient, query_client
 from tests.sql.helpers import Harness
 
 T0 = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z in nanoseconds
@@ -133,24 +130,11 @@ def ingest(harness: Harness, tenant: str, request: ExportTraceServiceRequest) ->
     harness.ingest(tenant, "spans", result.table)
 
 
-@contextmanager
 def app_client(
     data_dir: Path, service: QueryService, anonymous: bool = False
-) -> Iterator[SyncClient]:
-    services = AppServices(
-        authenticator=Authenticator(TokenStore(data_dir), allow_anonymous=anonymous),
-        ingest=None,  # type: ignore[arg-type]  # the query routes never touch ingest
-        is_ready=lambda: True,
-        metrics_exposition=lambda: (b"", "text/plain"),
-        max_body_bytes=1 << 20,
-        retry_after_s=1.0,
-        query_service=service,
-    )
-    tc = SyncClient(create_app(services))
-    try:
-        yield tc
-    finally:
-        tc.close()
+) -> AbstractContextManager[SyncClient]:
+    """The app's query routes (Tempo's among them) over ``service``."""
+    return query_client(data_dir, service, anonymous)
 
 
 def search_all(client: SyncClient, query: str) -> Any:
