@@ -18,7 +18,7 @@ from typing import Any
 
 from shoal.errors import PromQLError
 from shoal.promql import format as fmt
-from shoal.promql.tree import parse_expr
+from shoal.promql.tree import at_ms, parse_expr
 
 _CARD = {"OneToOne": "one-to-one", "ManyToOne": "many-to-one", "OneToMany": "one-to-many",
          "ManyToMany": "many-to-many"}  # fmt: skip
@@ -55,7 +55,7 @@ def _at(at: Any) -> tuple[int | None, str | None]:
         return None, None
     kind = fmt.enum_name(at.type)
     if kind == "At":
-        return fmt.at_ms(at), None
+        return at_ms(at), None
     return None, kind.lower()
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import promql_parser
 
 from shoal.errors import PromQLError
-from shoal.promql.tree import parse_expr
+from shoal.promql.tree import at_ms, parse_expr
 
 MAX_LINE = 100
 INDENT = "  "
@@ -30,7 +30,6 @@ _MATCH_OPS = {"Equal": "=", "NotEqual": "!=", "Re": "=~", "NotRe": "!~"}
 _WITH_PARAM = {"topk", "bottomk", "count_values", "quantile", "limitk", "limit_ratio"}
 _CARD = {"OneToOne": "one-to-one", "ManyToOne": "many-to-one", "OneToMany": "one-to-many",
          "ManyToMany": "many-to-many"}  # fmt: skip
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def kind_of(node: Any) -> str:
@@ -95,20 +94,6 @@ _ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t
 def duration(delta: dt.timedelta) -> str:
     """A non-negative duration as Prometheus writes it (``1h30m``, ``2w``, ``0s``)."""
     return str(promql_parser.display_duration(delta))
-
-
-def at_ms(at: Any) -> int | None:
-    """An ``@`` modifier's fixed time in milliseconds (None for ``start()``/``end()``)."""
-    if enum_name(at.type) != "At":
-        return None
-    try:
-        when: dt.datetime = at.at
-    except BaseException as exc:  # the binding panics on times before 1970
-        if type(exc).__name__ != "PanicException":
-            raise
-        raise PromQLError("an @ time before 1970 is not supported") from None
-    delta = when - _EPOCH
-    return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
 
 
 def _modifiers(at: Any, offset: dt.timedelta | None) -> str:

@@ -108,6 +108,9 @@ class Neg(Node):
     expr: Node
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
 def _ms(delta: dt.timedelta | None) -> int:
     if delta is None:
         return 0
@@ -122,9 +125,20 @@ def _at(at: Any, start_ms: int, end_ms: int) -> int | None:
         return start_ms
     if kind == "End":
         return end_ms
-    when: dt.datetime = at.at
-    delta = when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-    return _ms(delta)
+    return at_ms(at)
+
+
+def at_ms(at: Any) -> int | None:
+    """An ``@`` modifier's fixed time in milliseconds (None for ``start()``/``end()``)."""
+    if str(at.type).rsplit(".", 1)[-1] != "At":
+        return None
+    try:
+        when: dt.datetime = at.at
+    except BaseException as exc:  # the binding panics on times before 1970
+        if type(exc).__name__ != "PanicException":
+            raise
+        raise PromQLError("an @ time before 1970 is not supported") from None
+    return _ms(when - _EPOCH)
 
 
 def _selector(vs: Any, start_ms: int, end_ms: int) -> Selector:

@@ -198,6 +198,13 @@ def test_errors_are_prometheus_json(api: tuple[SyncClient, dict[str, str], Harne
             400,
             "bad_data",
         ),
+        ("/api/v1/query", {"query": "up @ -5", "time": T}, 400, "bad_data"),
+        (
+            "/api/v1/query_range",
+            {"query": "rate(up[5m] @ -1)", "start": T - 60, "end": T, "step": 15},
+            400,
+            "bad_data",
+        ),
         ("/api/v1/series", {}, 400, "bad_data"),
         ("/api/v1/series", {"match[]": '{code=~".*"}'}, 400, "bad_data"),
         (
@@ -353,6 +360,7 @@ def test_exemplars_carry_trace_ids(api: tuple[SyncClient, dict[str, str], Harnes
         max_size=30,
     ).map("".join)
 )
+@example(text="queue_depth @ -5")
 def test_any_query_text_gets_a_prometheus_answer(
     api: tuple[SyncClient, dict[str, str], Harness], text: str
 ) -> None:
