@@ -28,9 +28,9 @@ import pyarrow.compute as pc
 from shoal.logql import indexed, mapping
 from shoal.logql import model as m
 from shoal.logql.frame import codes as codes_of
+from shoal.logql.selection import matches, stream_labels
 from shoal.logql.series import Series, Steps
 from shoal.logql.source import LogSource, _iso, pushed_filters, quote
-from shoal.logql.streams import matches, stream_labels
 from shoal.schema import LOKI_PUSH_SCOPE
 from shoal.storage import logindex
 
@@ -87,9 +87,10 @@ async def answer(source: LogSource, expr: m.Expr, steps: Steps) -> list[Series] 
     base = steps.start - node.offset_ns - node.range_ns
     last = steps.end - node.offset_ns
     buckets = ((steps.count - 1) * step + node.range_ns) // width
+    services = await source.services(node.query, base + 1, last)
     where = [
         f"timestamp >= '{_iso((base + 1) // 1000)}'", f"timestamp <= '{_iso(last // 1000)}'",
-        *[p for p in pushed_filters(node.query) if not p.startswith("(strpos")],
+        *[p for p in pushed_filters(node.query, services) if not p.startswith("(strpos")],
         *_line_filters(node.query),
     ]  # fmt: skip
     columns = "".join(f", attributes[{quote(n)}] AS {_alias(i)}" for i, n in enumerate(labels))

@@ -16,9 +16,9 @@ from shoal.logql import model as m
 from shoal.logql.frame import METADATA, PARSED, Frame
 from shoal.logql.parse import bytes_value
 from shoal.logql.pipeline import go_duration_seconds
+from shoal.logql.selection import matches, per_stream, stream_labels
 from shoal.logql.series import Steps
 from shoal.logql.source import LogSource
-from shoal.logql.streams import matches, per_stream, stream_labels
 
 Key = tuple[tuple[str, str], ...]
 

@@ -12,11 +12,12 @@ a stream's minute (always so when the buckets are whole minutes).
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shoal.logql.source import LogSource
+from shoal.sql.service import QueryService
 from shoal.storage import logindex
 from shoal.storage.view import TableInput
 
@@ -25,7 +26,17 @@ SUMMARIES = logindex.Summaries()
 """The files' summaries read so far, shared by every request."""
 
 
-def _collect(source: LogSource, first_minute: int, last_minute: int) -> pa.Table:
+class Tenant(Protocol):
+    """Whose log index to read, and through which query service's read view."""
+
+    @property
+    def sql(self) -> QueryService: ...
+
+    @property
+    def tenant(self) -> str: ...
+
+
+def _collect(source: Tenant, first_minute: int, last_minute: int) -> pa.Table:
     reader = source.sql.reader
     view = reader.view(source.tenant, ("logs",))
     table: TableInput | None = view.tables.get("logs")
@@ -49,7 +60,7 @@ def _collect(source: LogSource, first_minute: int, last_minute: int) -> pa.Table
     return found.filter(keep)
 
 
-async def minutes(source: LogSource, start_ns: int, end_ns: int) -> pa.Table:
+async def minutes(source: Tenant, start_ns: int, end_ns: int) -> pa.Table:
     """Summary rows (:data:`shoal.storage.logindex.SCHEMA`) of the minutes that hold any
     of ``[start_ns, end_ns]``; blocking work on a worker thread."""
     first = (start_ns + MINUTE_NS - 1) // MINUTE_NS - 1

@@ -5,21 +5,24 @@ pipeline run.
 
 What the SQL can narrow exactly is pushed into it: the time range (which the query
 service turns into the files and unflushed batches that hold it), ``service_name``
-matchers, and the line filters ``|=`` before the pipeline changes the line. Everything
-is then checked again on the columns, so the pushed filters only spare reading.
+matchers, the ``service_name`` values of the streams any other selector selects (found
+in the log index: ``{app="api"}``, ``{service_name=~"a|b"}``; the files are sorted by
+``service_name``, so the scan reads only those services' row groups), and the line
+filters ``|=`` before the pipeline changes the line. Everything is then checked again on
+the columns, so the pushed filters only spare reading.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.errors import QueryLimitError
-from shoal.logql import mapping, pipeline
+from shoal.logql import indexed, mapping, pipeline, selection
 from shoal.logql import model as m
 from shoal.logql.frame import STREAM, Frame, concat
 from shoal.lokipush.labels import SERVICE_NAME
@@ -27,6 +30,8 @@ from shoal.regex import search_column
 from shoal.sql.service import QueryService
 
 _LINE_CHANGING = (m.LineFormat, m.Decolorize)
+MAX_PUSHED_SERVICES = 1000
+"""Above this many selected services the selector is left to the columns alone."""
 
 
 def _iso(us: int) -> str:
@@ -39,13 +44,17 @@ def quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def pushed_filters(query: m.LogQuery) -> list[str]:
-    """SQL conditions that keep every entry ``query`` can select (and spare the others)."""
+def pushed_filters(query: m.LogQuery, services: Collection[str | None] | None = None) -> list[str]:
+    """SQL conditions that keep every entry ``query`` can select (and spare the others);
+    ``services``: the ``service_name`` values of every stream the selector selects (None
+    is a row without one), when they are known."""
     out: list[str] = []
     for matcher in query.matchers:
-        if matcher.name == SERVICE_NAME and matcher.op == "=" and matcher.value:
+        if _pushed(matcher):
             # an OTLP resource without service.name is mapped to a discovered name
             out.append(f"(service_name = {quote(matcher.value)} OR service_name IS NULL)")
+    if services is not None:
+        out.append(_among(services))
     for stage in query.stages:
         if isinstance(stage, _LINE_CHANGING) or (
             isinstance(stage, m.Parser) and stage.kind == "unpack"
@@ -57,12 +66,30 @@ def pushed_filters(query: m.LogQuery) -> list[str]:
     return out
 
 
-def select(query: m.LogQuery, start_ns: int, end_ns: int, order: str = "") -> str:
+def _pushed(matcher: m.Matcher) -> bool:
+    return matcher.name == SERVICE_NAME and matcher.op == "=" and bool(matcher.value)
+
+
+def _among(services: Collection[str | None]) -> str:
+    names = sorted(quote(s) for s in services if s is not None)
+    found = [f"service_name IN ({', '.join(names)})"] if names else []
+    if None in services:
+        found.append("service_name IS NULL")
+    return "(" + " OR ".join(found) + ")" if found else "FALSE"
+
+
+def select(
+    query: m.LogQuery,
+    start_ns: int,
+    end_ns: int,
+    order: str = "",
+    services: Collection[str | None] | None = None,
+) -> str:
     """The SQL reading the rows of ``query`` with ``start_ns <= time <= end_ns``."""
     where = [
         f"timestamp >= '{_iso(start_ns // 1000)}'",
         f"timestamp <= '{_iso(end_ns // 1000)}'",
-        *pushed_filters(query),
+        *pushed_filters(query, services),
     ]
     columns = ", ".join(mapping.TS_SQL if c == "ts" else c for c in mapping.COLUMNS)
     text = f"SELECT {columns} FROM logs WHERE {' AND '.join(where)}"
@@ -117,7 +144,8 @@ class LogSource:
     async def entries(self, query: m.LogQuery, start_ns: int, end_ns: int) -> Frame:
         """The entries of ``query``'s selector with ``start_ns <= time <= end_ns``, through
         its pipeline up to an ``unwrap`` (the unwrap and what follows are the caller's)."""
-        table = await self.rows(select(query, start_ns, end_ns))
+        services = await self.services(query, start_ns, end_ns)
+        table = await self.rows(select(query, start_ns, end_ns, services=services))
         frame = mapping.frame(table)
         keep = (frame.ts >= start_ns) & (frame.ts <= end_ns)
         if not keep.all():
@@ -127,6 +155,18 @@ class LogSource:
         frame = selected(frame, query.matchers)
         cut = next((i for i, s in enumerate(query.stages) if isinstance(s, m.Unwrap)), None)
         return pipeline.run(frame, query.stages if cut is None else query.stages[:cut])
+
+    async def services(
+        self, query: m.LogQuery, start_ns: int, end_ns: int
+    ) -> set[str | None] | None:
+        """The ``service_name`` values of the streams in ``[start_ns, end_ns]`` that
+        ``query``'s selector selects, from the log index (no row read); None when the
+        selector is a pushed ``service_name`` alone or selects too many services to list."""
+        if all(_pushed(matcher) for matcher in query.matchers):
+            return None
+        minutes = await indexed.minutes(self, start_ns, end_ns)
+        found = selection.services(minutes, query.matchers)
+        return found if len(found) <= MAX_PUSHED_SERVICES else None
 
     async def newest(
         self, query: m.LogQuery, start_ns: int, end_ns: int, limit: int, forward: bool

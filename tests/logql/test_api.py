@@ -141,6 +141,29 @@ def test_queries_and_the_label_browser(pushed: Loki) -> None:
     assert get(pushed.url, "/ready")[0] == 200
 
 
+@pytest.mark.parametrize(
+    ("query", "entries"),
+    [
+        ('{app="auth"}', 10),  # service_name discovered from app: one service's rows
+        ('{service_name=~"auth|slow"}', 11),
+        ('{env="dev"} |= "warn"', 10),
+        ('{env="nope"}', 0),
+        ('{app=~".+", app!="shop"}', 11),
+    ],
+)
+def test_a_selector_reads_only_the_services_it_selects(
+    pushed: Loki, query: str, entries: int
+) -> None:
+    """The log index names the services of the streams a selector selects, and the read
+    is narrowed to them: the lines processed are the selected streams' lines, not every
+    line of the range."""
+    status, found = q(pushed, "/loki/api/v1/query_range", query=query, limit="1000")
+    assert status == 200, found
+    returned = sum(len(s["values"]) for s in found["data"]["result"])
+    assert returned == entries
+    assert found["data"]["stats"]["summary"]["totalLinesProcessed"] == entries
+
+
 def test_categorized_labels_as_grafana_asks(pushed: Loki) -> None:
     _, found = q(
         pushed,
