@@ -7,7 +7,8 @@ service, environment and level (as Promtail and Alloy pipelines often label them
 rare token in a few lines of one service; restarts the server so that every line is
 flushed to Parquet; then times, each the median of ``--repeat`` runs over HTTP:
 
-* ``{service_name="svc-07"} |= "<rare token>"`` over the last hour and over the day;
+* ``{service_name="svc-07"} |= "<rare token>"`` over the last hour and over the day, and
+  over the day by a regular expression naming two services (``=~"svc-07|svc-17"``);
 * a ``json`` parse with a label filter over the last hour;
 * ``sum by (level) (count_over_time({service_name=~".+"}[1m]))`` over the day at a one
   minute step (the logs-volume query);
@@ -239,6 +240,8 @@ def main(argv: list[str] | None = None) -> None:
              {**hour, "query": f'{{service_name="svc-07"}} |= "{RARE}"'}),
             ("rare token, 24 h", "/loki/api/v1/query_range",
              {**day, "query": f'{{service_name="svc-07"}} |= "{RARE}"'}),
+            ("rare token, 24 h, regex selector", "/loki/api/v1/query_range",
+             {**day, "query": f'{{service_name=~"svc-07|svc-17"}} |= "{RARE}"'}),
             ("json + label filter, 1 h", "/loki/api/v1/query_range",
              {**hour, "query": '{service_name="svc-03"} | json | status >= 500'}),
             ("volume by level, 24 h at 1 m", "/loki/api/v1/query_range",

@@ -18,6 +18,9 @@ from shoal.regex import compile_pattern
 from shoal.schema import LOKI_PUSH_SCOPE
 from shoal.storage import logindex
 
+STREAM_COLUMNS = ("service_name", "scope_name", "resource_attributes")
+"""What makes a stream: a push's labels, or an OTLP resource (with its scope's origin)."""
+
 
 def matches(labels: dict[str, str], matchers: Sequence[m.Matcher]) -> bool:
     """Whether a stream's labels satisfy a selector (an absent label reads as ``""``)."""
@@ -32,21 +35,26 @@ def matches(labels: dict[str, str], matchers: Sequence[m.Matcher]) -> bool:
     return True
 
 
-def per_stream(minutes: pa.Table, by: tuple[str, ...] = ()) -> pa.Table:
-    """The log index's minutes summed per stream (and per value of the columns ``by``)."""
-    if not minutes.num_rows:
-        return minutes
-    resources = minutes.column("resource_attributes").combine_chunks()
+def _streams(minutes: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Each summary row's stream number, and the first row of each stream."""
     keys = pc.binary_join_element_wise(
         pc.fill_null(minutes.column("scope_name"), "\x00"),
         pc.fill_null(minutes.column("service_name"), "\x00"),
-        logindex.map_key(resources),
+        logindex.map_key(minutes.column("resource_attributes").combine_chunks()),
         "\x1d",
     )
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
     codes = keys.dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.int64)
     _, first = np.unique(codes, return_index=True)
+    return codes, first
+
+
+def per_stream(minutes: pa.Table, by: tuple[str, ...] = ()) -> pa.Table:
+    """The log index's minutes summed per stream (and per value of the columns ``by``)."""
+    if not minutes.num_rows:
+        return minutes
+    codes, first = _streams(minutes)
     summed = pa.table({
         "stream": codes, "entries": minutes.column("entries"), "bytes": minutes.column("bytes"),
         "first_ns": minutes.column("first_ns"), "last_ns": minutes.column("last_ns"),
@@ -56,9 +64,7 @@ def per_stream(minutes: pa.Table, by: tuple[str, ...] = ()) -> pa.Table:
     ])  # fmt: skip
     rows = pa.array(first, pa.int64()).take(summed.column("stream"))
     return pa.table({
-        "service_name": minutes.column("service_name").take(rows),
-        "scope_name": minutes.column("scope_name").take(rows),
-        "resource_attributes": resources.take(rows),
+        **{name: minutes.column(name).take(rows) for name in STREAM_COLUMNS},
         "entries": summed.column("entries_sum"), "bytes": summed.column("bytes_sum"),
         "first_ns": summed.column("first_ns_min"), "last_ns": summed.column("last_ns_max"),
         **{name: summed.column(name) for name in by},
@@ -78,8 +84,11 @@ def stream_labels(row: dict[str, Any]) -> dict[str, str]:
 def services(minutes: pa.Table, matchers: Sequence[m.Matcher]) -> set[str | None]:
     """The ``service_name`` column values (None for rows without one) of the streams in
     the log index's ``minutes`` whose labels satisfy ``matchers``."""
+    if not minutes.num_rows:
+        return set()
+    _, first = _streams(minutes)
     found: set[str | None] = set()
-    for row in per_stream(minutes).to_pylist():
+    for row in minutes.select(list(STREAM_COLUMNS)).take(first).to_pylist():
         if row["service_name"] not in found and matches(stream_labels(row), matchers):
             found.add(row["service_name"])
     return found
