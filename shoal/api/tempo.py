@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
 
 from shoal import __version__
+from shoal.api.access import request_principal
 from shoal.errors import AuthError, PermissionDeniedError, QueryError, QueryLimitError, TraceQLError
 from shoal.otlp import tempo
 from shoal.traceql.parser import duration_ns
@@ -59,8 +60,7 @@ def _translate(exc: Exception) -> Response:
 
 
 def _tenant(request: Request) -> str:
-    principal = request.app.state.authenticator.check(request.headers.get("authorization"), "query")
-    return str(principal.tenant)
+    return str(request_principal(request, "query").tenant)
 
 
 def _seconds(request: Request, name: str) -> int | None:
