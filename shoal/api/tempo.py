@@ -63,15 +63,20 @@ def _tenant(request: Request) -> str:
     return str(request_principal(request, "query").tenant)
 
 
-def _seconds(request: Request, name: str) -> int | None:
+def _integer(request: Request, name: str, meaning: str) -> int | None:
+    """The query parameter ``name`` as an integer, None when absent or empty."""
     text = request.query_params.get(name)
     if text is None or text == "":
         return None
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
-        raise TraceQLError(f"invalid {name}: {text!r} is not unix seconds") from None
-    if value < 0:
+        raise TraceQLError(f"invalid {name}: {text!r} is not {meaning}") from None
+
+
+def _seconds(request: Request, name: str) -> int | None:
+    value = _integer(request, name, "unix seconds")
+    if value is not None and value < 0:
         raise TraceQLError(f"invalid {name}: {value} is before 1970")
     return value
 
@@ -133,13 +138,9 @@ async def trace_v2(request: Request, trace_id: str) -> Response:
 
 
 def _count(request: Request, name: str, default: int) -> int:
-    text = request.query_params.get(name)
-    if text is None or text == "":
+    value = _integer(request, name, "a whole number")
+    if value is None:
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise TraceQLError(f"invalid {name}: {text!r} is not a whole number") from None
     if value <= 0:
         raise TraceQLError(f"invalid {name}: {value} must be positive")
     return value
