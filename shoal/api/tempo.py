@@ -63,6 +63,15 @@ def _tenant(request: Request) -> str:
     return str(request_principal(request, "query").tenant)
 
 
+def _after_token(request: Request, answer: Response) -> Response:
+    """``answer``, to a request whose token holds the ``query`` role (else the refusal)."""
+    try:
+        _tenant(request)
+    except AuthError as exc:
+        return _translate(exc)
+    return answer
+
+
 def _integer(request: Request, name: str, meaning: str) -> int | None:
     """The query parameter ``name`` as an integer, None when absent or empty."""
     text = request.query_params.get(name)
@@ -251,26 +260,21 @@ async def values_v2(request: Request, name: str) -> Response:
 
 @router.get("/api/echo", include_in_schema=False)
 async def echo(request: Request) -> Response:
-    try:
-        _tenant(request)
-    except AuthError as exc:
-        return _translate(exc)
-    return _text("echo", 200)
+    return _after_token(request, _text("echo", 200))
 
 
 @router.get("/api/status/buildinfo", include_in_schema=False)
 async def buildinfo(request: Request) -> Response:
-    try:
-        _tenant(request)
-    except AuthError as exc:
-        return _translate(exc)
-    return _json(
-        {
-            "version": TEMPO_VERSION,
-            "revision": f"shoal-{__version__}",
-            "branch": "shoal",
-            "buildUser": "shoal",
-            "buildDate": "",
-            "goVersion": "",
-        }
+    return _after_token(
+        request,
+        _json(
+            {
+                "version": TEMPO_VERSION,
+                "revision": f"shoal-{__version__}",
+                "branch": "shoal",
+                "buildUser": "shoal",
+                "buildDate": "",
+                "goVersion": "",
+            }
+        ),
     )
