@@ -12,6 +12,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from shoal.errors import ShoalError
 
@@ -47,6 +48,26 @@ def _add_spark(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", help="Spark master URL (default: spark_master, local[*])")
 
 
+def _command(
+    parent: argparse._SubParsersAction[argparse.ArgumentParser], path: str, **kwargs: Any
+) -> argparse.ArgumentParser:
+    """The parser of the command ``path`` (``"token create"``: ``create`` in ``token``'s
+    actions), with the options every command takes."""
+    p: argparse.ArgumentParser = parent.add_parser(path.rsplit(" ", 1)[-1], **kwargs)
+    _add_common(p)
+    p.set_defaults(command_path=path)
+    return p
+
+
+def _actions(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, helptext: str
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """The actions of the command ``name`` (``shoal name ACTION``), one of which is required."""
+    return sub.add_parser(name, help=helptext).add_subparsers(
+        dest=f"{name}_command", required=True, metavar="ACTION"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="shoal",
@@ -55,8 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("serve", help="run the server (OTLP/HTTP 4318, OTLP/gRPC 4317, SQL)")
-    _add_common(p)
+    p = _command(sub, "serve", help="run the server (OTLP/HTTP 4318, OTLP/gRPC 4317, SQL)")
     p.add_argument("--bind", help="listen address (SHOAL_BIND)")
     p.add_argument("--http-port", dest="http_port", type=int, help="SHOAL_HTTP_PORT")
     p.add_argument("--grpc-port", dest="grpc_port", type=int, help="SHOAL_GRPC_PORT")
@@ -69,10 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="allow a non-loopback bind with no tokens configured",
     )
-    p.set_defaults(command_path="serve")
 
-    p = sub.add_parser("sql", help="run a SQL query and print the result")
-    _add_common(p)
+    p = _command(sub, "sql", help="run a SQL query and print the result")
     p.add_argument("query", help="SQL text, or - to read it from standard input")
     p.add_argument("--url", help="server URL (SHOAL_URL); ignored with --local")
     p.add_argument("--token", help="bearer token (SHOAL_TOKEN)")
@@ -88,13 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="table",
         help="output format (arrow: an Arrow IPC stream, binary; redirect it to a file)",
     )
-    p.set_defaults(command_path="sql")
 
-    token = sub.add_parser("token", help="manage bearer tokens").add_subparsers(
-        dest="token_command", required=True, metavar="ACTION"
-    )
-    p = token.add_parser("create", help="create a token and print it once")
-    _add_common(p)
+    token = _actions(sub, "token", "manage bearer tokens")
+    p = _command(token, "token create", help="create a token and print it once")
     p.add_argument("--tenant", required=True)
     p.add_argument(
         "--role",
@@ -104,22 +118,17 @@ def build_parser() -> argparse.ArgumentParser:
         "default ingest,query",
     )
     p.add_argument("--name", default="", help="a label to recognise the token by")
-    p.set_defaults(command_path="token create")
-    p = token.add_parser("list", help="list tokens (never their secrets)")
-    _add_common(p)
-    p.set_defaults(command_path="token list")
-    p = token.add_parser("revoke", help="revoke a token by id")
-    _add_common(p)
+    _command(token, "token list", help="list tokens (never their secrets)")
+    p = _command(token, "token revoke", help="revoke a token by id")
     p.add_argument("token_id")
-    p.set_defaults(command_path="token revoke")
 
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "import",
         help="append Parquet files to a table (backfill)",
         description="Append Parquet files to a tenant's table in one commit. Files whose "
         "time buckets the table already holds are refused unless --allow-overlap.",
     )
-    _add_common(p)
     p.add_argument(
         "files", nargs="+", metavar="FILE", help="Parquet files with the table's columns"
     )
@@ -149,13 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="local: this process (default); spark: a Spark job (large backfills)",
     )
     p.add_argument("--master", help="Spark master URL with --engine spark (default: spark_master)")
-    p.set_defaults(command_path="import")
 
-    wal = sub.add_parser("wal", help="write-ahead log tools").add_subparsers(
-        dest="wal_command", required=True, metavar="ACTION"
-    )
-    p = wal.add_parser("verify", help="check every WAL segment; exit 1 if any is damaged")
-    _add_common(p)
+    wal = _actions(sub, "wal", "write-ahead log tools")
+    p = _command(wal, "wal verify", help="check every WAL segment; exit 1 if any is damaged")
     p.add_argument(
         "directory",
         nargs="?",
@@ -163,41 +168,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="a WAL directory (shoal-data/wal) or a data dir (default: the data_dir "
         "setting's wal/)",
     )
-    p.set_defaults(command_path="wal verify")
 
-    storage = sub.add_parser("storage", help="where the tables live").add_subparsers(
-        dest="storage_command", required=True, metavar="ACTION"
-    )
-    p = storage.add_parser(
-        "migrate",
+    storage = _actions(sub, "storage", "where the tables live")
+    p = _command(
+        storage,
+        "storage migrate",
         help="copy every table to another storage_url (a bucket, or back to local disk), "
         "resumably, and verify each by version and row count",
     )
-    _add_common(p)
     p.add_argument("--to", required=True, help="s3://bucket/prefix, file:///path, or '' (local)")
     p.add_argument(
         "--remove-old",
         action="store_true",
         help="delete the old copy once every table verified",
     )
-    p.set_defaults(command_path="storage migrate")
-    table = sub.add_parser("table", help="table tools").add_subparsers(
-        dest="table_command", required=True, metavar="ACTION"
-    )
-    p = table.add_parser("history", help="list a table's versions")
-    _add_common(p)
+    table = _actions(sub, "table", "table tools")
+    p = _command(table, "table history", help="list a table's versions")
     p.add_argument("--tenant", default="default")
     p.add_argument("--table", required=True)
     p.add_argument("--limit", type=int, default=50)
-    p.set_defaults(command_path="table history")
-    p = table.add_parser("coverage", help="covered time buckets and gaps, from metadata")
-    _add_common(p)
+    p = _command(table, "table coverage", help="covered time buckets and gaps, from metadata")
     p.add_argument("--tenant", default="default")
     p.add_argument("--table", required=True)
     p.add_argument("--start", required=True, help="ISO 8601 time")
     p.add_argument("--end", required=True, help="ISO 8601 time")
     p.add_argument("--series", default=None)
-    p.set_defaults(command_path="table coverage")
 
     for name, helptext, spark in (
         ("compact", "merge small files per hour (Spark)", True),
@@ -205,8 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("rollup", "downsample metrics into metrics_1m and metrics_1h (Spark)", True),
         ("vacuum", "delete files removed from tables longer ago than the vacuum window", False),
     ):
-        p = sub.add_parser(name, help=helptext)
-        _add_common(p)
+        p = _command(sub, name, help=helptext)
         if spark:
             _add_spark(p)
         p.add_argument("--tenant", default=None, help="one tenant (default: all)")
@@ -214,7 +208,6 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "compact":
             p.add_argument("--since", default=None, help="ISO 8601; first hour to compact")
             p.add_argument("--until", default=None, help="ISO 8601; hour to stop before")
-        p.set_defaults(command_path=name)
     return parser
 
 

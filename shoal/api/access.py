@@ -21,7 +21,12 @@ def require_role(role: str) -> Callable[[Request], Awaitable[Principal]]:
         raise ValueError(f"unknown role {role!r}")
 
     async def dependency(request: Request) -> Principal:
-        authenticator: Authenticator = request.app.state.authenticator
-        return authenticator.check(request.headers.get("authorization"), role)
+        return request_principal(request, role)
 
     return dependency
+
+
+def request_principal(request: Request, role: str) -> Principal:
+    """The principal of ``request``'s bearer token, which must hold ``role``."""
+    authenticator: Authenticator = request.app.state.authenticator
+    return authenticator.check(request.headers.get("authorization"), role)

@@ -11,7 +11,6 @@ query that cannot be answered, 504 past the time limit).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -21,7 +20,7 @@ import msgspec
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
 
-from shoal.api.prometheus import Params, one, params_of
+from shoal.api.prometheus import Params, call, one
 from shoal.errors import AuthError, PermissionDeniedError, QueryError, QueryLimitError
 from shoal.logql import params as p
 from shoal.logql.output import CATEGORIZE
@@ -46,12 +45,10 @@ async def serve(request: Request, handler: Handler, envelope: bool = True) -> Re
     and answer its data (in ``{"status": "success", "data": ...}`` when ``envelope``)."""
     service: LogQLService = request.app.state.logql
     try:
-        principal = request.app.state.authenticator.check(
-            request.headers.get("authorization"), "query"
-        )
-        params = await params_of(request)
-        data = await asyncio.wait_for(
-            handler(service, principal.tenant, params, request), timeout=service.timeout_s
+        data = await call(
+            request,
+            service.timeout_s,
+            lambda tenant, params: handler(service, tenant, params, request),
         )
     except TimeoutError:
         return _error(

@@ -9,6 +9,7 @@ form-encoded body (the body wins, as in Prometheus); everything else is in
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from shoal import __version__
+from shoal.api.access import request_principal
 from shoal.errors import AuthError, PermissionDeniedError, PromQLError, QueryError, QueryLimitError
 from shoal.promql.service import (
     MAX_TIME_MS,
@@ -106,16 +108,19 @@ Handler = Callable[[PromQLService, str, Params], Awaitable[Any]]
 """A call's body: the service, the tenant and the call's parameters."""
 
 
+async def call(request: Request, timeout_s: float, run: Callable[[str, Params], Awaitable[T]]) -> T:
+    """A query call's steps before its answer, Prometheus' and Loki's: the token (role
+    ``query``) names the tenant, the parameters are read, and ``run(tenant, params)`` has
+    ``timeout_s`` to finish (``TimeoutError`` past it)."""
+    tenant = request_principal(request, "query").tenant
+    params = await params_of(request)
+    return await asyncio.wait_for(run(tenant, params), timeout=timeout_s)
+
+
 async def serve(request: Request, handler: Handler) -> Response:
     promql: PromQLService = request.app.state.promql
     try:
-        principal = request.app.state.authenticator.check(
-            request.headers.get("authorization"), "query"
-        )
-        params = await params_of(request)
-        data = await asyncio.wait_for(
-            handler(promql, principal.tenant, params), timeout=promql.timeout_s
-        )
+        data = await call(request, promql.timeout_s, functools.partial(handler, promql))
     except TimeoutError:
         return _error(
             "timeout",
@@ -239,7 +244,7 @@ async def label_values(request: Request, name: str) -> Response:
 
 async def static(request: Request, data: Any) -> Response:
     try:
-        request.app.state.authenticator.check(request.headers.get("authorization"), "query")
+        request_principal(request, "query")
     except (AuthError, PermissionDeniedError) as exc:
         return _translate(exc)
     return _success(data)

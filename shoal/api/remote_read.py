@@ -20,6 +20,7 @@ import logging
 
 from fastapi import APIRouter, Request, Response
 
+from shoal.api.access import request_principal
 from shoal.api.bodies import read_body
 from shoal.errors import (
     AuthError,
@@ -62,9 +63,7 @@ async def read(request: Request) -> Response:
     promql: PromQLService | None = request.app.state.promql
     limit: int = request.app.state.max_body_bytes
     try:
-        principal = request.app.state.authenticator.check(
-            request.headers.get("authorization"), "query"
-        )
+        principal = request_principal(request, "query")
         if promql is None:
             return _text(503, "not ready: the tables are still being opened")
         encoding = request.headers.get("content-encoding", "snappy").strip().lower()

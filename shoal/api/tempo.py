@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
 
 from shoal import __version__
+from shoal.api.access import request_principal
 from shoal.errors import AuthError, PermissionDeniedError, QueryError, QueryLimitError, TraceQLError
 from shoal.otlp import tempo
 from shoal.traceql.parser import duration_ns
@@ -59,19 +60,32 @@ def _translate(exc: Exception) -> Response:
 
 
 def _tenant(request: Request) -> str:
-    principal = request.app.state.authenticator.check(request.headers.get("authorization"), "query")
-    return str(principal.tenant)
+    return str(request_principal(request, "query").tenant)
 
 
-def _seconds(request: Request, name: str) -> int | None:
+def _after_token(request: Request, answer: Response) -> Response:
+    """``answer``, to a request whose token holds the ``query`` role (else the refusal)."""
+    try:
+        _tenant(request)
+    except AuthError as exc:
+        return _translate(exc)
+    return answer
+
+
+def _integer(request: Request, name: str, meaning: str) -> int | None:
+    """The query parameter ``name`` as an integer, None when absent or empty."""
     text = request.query_params.get(name)
     if text is None or text == "":
         return None
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
-        raise TraceQLError(f"invalid {name}: {text!r} is not unix seconds") from None
-    if value < 0:
+        raise TraceQLError(f"invalid {name}: {text!r} is not {meaning}") from None
+
+
+def _seconds(request: Request, name: str) -> int | None:
+    value = _integer(request, name, "unix seconds")
+    if value is not None and value < 0:
         raise TraceQLError(f"invalid {name}: {value} is before 1970")
     return value
 
@@ -133,13 +147,9 @@ async def trace_v2(request: Request, trace_id: str) -> Response:
 
 
 def _count(request: Request, name: str, default: int) -> int:
-    text = request.query_params.get(name)
-    if text is None or text == "":
+    value = _integer(request, name, "a whole number")
+    if value is None:
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise TraceQLError(f"invalid {name}: {text!r} is not a whole number") from None
     if value <= 0:
         raise TraceQLError(f"invalid {name}: {value} must be positive")
     return value
@@ -250,26 +260,21 @@ async def values_v2(request: Request, name: str) -> Response:
 
 @router.get("/api/echo", include_in_schema=False)
 async def echo(request: Request) -> Response:
-    try:
-        _tenant(request)
-    except AuthError as exc:
-        return _translate(exc)
-    return _text("echo", 200)
+    return _after_token(request, _text("echo", 200))
 
 
 @router.get("/api/status/buildinfo", include_in_schema=False)
 async def buildinfo(request: Request) -> Response:
-    try:
-        _tenant(request)
-    except AuthError as exc:
-        return _translate(exc)
-    return _json(
-        {
-            "version": TEMPO_VERSION,
-            "revision": f"shoal-{__version__}",
-            "branch": "shoal",
-            "buildUser": "shoal",
-            "buildDate": "",
-            "goVersion": "",
-        }
+    return _after_token(
+        request,
+        _json(
+            {
+                "version": TEMPO_VERSION,
+                "revision": f"shoal-{__version__}",
+                "branch": "shoal",
+                "buildUser": "shoal",
+                "buildDate": "",
+                "goVersion": "",
+            }
+        ),
     )

@@ -187,6 +187,20 @@ def parse_double(raw: object, where: str) -> float:
     raise DecodeError(f"{where}: expected a number, got {_show(raw)}")
 
 
+def parse_string(raw: object, where: str) -> str:
+    """An OTLP/JSON string."""
+    if not isinstance(raw, str):
+        raise DecodeError(f"{where}: expected a string, got {_show(raw)}")
+    return raw
+
+
+def parse_bool(raw: object, where: str) -> bool:
+    """An OTLP/JSON boolean: ``true`` or ``false``."""
+    if not isinstance(raw, bool):
+        raise DecodeError(f"{where}: expected true or false, got {_show(raw)}")
+    return raw
+
+
 def _show(raw: object) -> str:
     text = repr(raw)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -211,17 +225,13 @@ def value_kwargs(obj: object, where: str = "value", depth: int = 0) -> dict[str,
         raise DecodeError(f"{where}: a value must have exactly one field, got {sorted(obj)}")
     ((key, raw),) = obj.items()
     if key in ("stringValue", "string_value"):
-        if not isinstance(raw, str):
-            raise DecodeError(f"{where}.{key}: expected a string, got {_show(raw)}")
-        return {"string_value": raw}
+        return {"string_value": parse_string(raw, f"{where}.{key}")}
     if key in ("intValue", "int_value"):
         return {"int_value": parse_int(raw, f"{where}.{key}")}
     if key in ("doubleValue", "double_value"):
         return {"double_value": parse_double(raw, f"{where}.{key}")}
     if key in ("boolValue", "bool_value"):
-        if not isinstance(raw, bool):
-            raise DecodeError(f"{where}.{key}: expected true or false, got {_show(raw)}")
-        return {"bool_value": raw}
+        return {"bool_value": parse_bool(raw, f"{where}.{key}")}
     if key in ("bytesValue", "bytes_value"):
         return {"bytes_value": parse_base64(raw, f"{where}.{key}")}
     if key in ("arrayValue", "array_value"):
@@ -299,7 +309,5 @@ def keyvalues_kwargs(items: object, where: str | None = "attributes", depth: int
 def _keyvalue_kwargs(item: object, where: str, depth: int) -> dict[str, Any]:
     if not isinstance(item, dict):
         raise DecodeError(f"{where}: expected an object, got {_show(item)}")
-    key = item.get("key", "")
-    if not isinstance(key, str):
-        raise DecodeError(f"{where}.key: expected a string, got {_show(key)}")
+    key = parse_string(item.get("key", ""), f"{where}.key")
     return {"key": key, "value": value_kwargs(item.get("value"), f"{where}.value", depth)}

@@ -125,21 +125,9 @@ def _scalar(field: FieldDescriptor) -> Convert:
     if ftype in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
         return anyvalue.parse_double
     if ftype == FieldDescriptor.TYPE_BOOL:
-
-        def boolean(raw: object, where: str) -> bool:
-            if not isinstance(raw, bool):
-                raise DecodeError(f"{where}: expected true or false, got {_show(raw)}")
-            return raw
-
-        return boolean
+        return anyvalue.parse_bool
     if ftype == FieldDescriptor.TYPE_STRING:
-
-        def string(raw: object, where: str) -> str:
-            if not isinstance(raw, str):
-                raise DecodeError(f"{where}: expected a string, got {_show(raw)}")
-            return raw
-
-        return string
+        return anyvalue.parse_string
     if ftype == FieldDescriptor.TYPE_BYTES:
         if field.name in _HEX_FIELDS:
             return _hex

@@ -11,6 +11,7 @@ for a limit; the HTTP routes only parse parameters and translate errors.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
@@ -44,22 +45,16 @@ RawSeries = raw.RawSeries
 T = TypeVar("T")
 
 
+@dataclasses.dataclass(eq=False)
 class PromQLService:
     """PromQL over every tenant's ``metrics`` table. Safe to share across tasks."""
 
-    def __init__(
-        self,
-        reader: TenantReader,
-        sql: QueryService,
-        promote: tuple[str, ...] = (),
-        derived: DerivedSeries | None = None,
-    ) -> None:
-        self.reader = reader
-        self.sql = sql
-        self.promote = promote
-        """Resource attribute keys shown as labels of every series."""
-        self.derived = derived
-        """Series computed from other tables (the service graph), or None."""
+    reader: TenantReader
+    sql: QueryService
+    promote: tuple[str, ...] = ()
+    """Resource attribute keys shown as labels of every series."""
+    derived: DerivedSeries | None = None
+    """Series computed from other tables (the service graph), or None."""
 
     @property
     def timeout_s(self) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import datetime as dt
 import threading
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -178,25 +179,22 @@ class DerivedSeries(Protocol):
     def metric_rows(self, tenant: str, start_ns: int, end_ns: int) -> pa.Table: ...
 
 
+@dataclasses.dataclass(eq=False)
 class QuerySource:
     """Samples of one tenant: the read view for rows and series, SQL for the rest."""
 
-    def __init__(
-        self,
-        reader: TenantReader,
-        service: QueryService,
-        tenant: str,
-        promote: tuple[str, ...] = (),
-        derived: DerivedSeries | None = None,
-    ) -> None:
-        self.reader = reader
-        self.service = service
-        self.tenant = tenant
-        self.promote = promote
-        self.derived = derived
-        self._found: dict[tuple[int, int], pa.Table] = {}
-        """Index rows by range, for this source's life (one API request)."""
-        self._derived: dict[tuple[int, int], pa.Table] = {}
+    reader: TenantReader
+    service: QueryService
+    tenant: str
+    promote: tuple[str, ...] = ()
+    derived: DerivedSeries | None = None
+    _found: dict[tuple[int, int], pa.Table] = dataclasses.field(
+        init=False, repr=False, default_factory=dict
+    )
+    """Index rows by range, for this source's life (one API request)."""
+    _derived: dict[tuple[int, int], pa.Table] = dataclasses.field(
+        init=False, repr=False, default_factory=dict
+    )
 
     def _derived_rows(self, start_ms: int, end_ms: int) -> pa.Table | None:
         """The derived series' rows in the range (kept for this source's life)."""

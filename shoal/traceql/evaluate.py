@@ -11,6 +11,7 @@ attribute ``.x`` is the span's attribute where the span has one, else the resour
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -188,14 +189,18 @@ class NestedFields:
         return out
 
 
+def _connective(node: plan.Logic | plan.Not, over: Callable[[plan.Field], BOOL]) -> BOOL:
+    """``&&``, ``||`` or ``!`` of the conditions that ``over`` gives the operands."""
+    if isinstance(node, plan.Not):
+        return ~over(node.operand)
+    left, right = over(node.left), over(node.right)
+    return left & right if node.op == "&&" else left | right
+
+
 def _condition_over(fields: SpanFields | NestedFields, node: plan.Field) -> BOOL:
     n = fields.frame.n if isinstance(fields, SpanFields) else fields.n
-    if isinstance(node, plan.Logic):
-        left = _condition_over(fields, node.left)
-        right = _condition_over(fields, node.right)
-        return left & right if node.op == "&&" else left | right
-    if isinstance(node, plan.Not):
-        return ~_condition_over(fields, node.operand)
+    if isinstance(node, plan.Logic | plan.Not):
+        return _connective(node, lambda operand: _condition_over(fields, operand))
     if isinstance(node, plan.Compare):
         if isinstance(node.left, plan.Compare | plan.Logic | plan.Not) or isinstance(
             node.right, plan.Compare | plan.Logic | plan.Not
@@ -213,12 +218,8 @@ def condition(frame: Frame, node: plan.Field | None) -> BOOL:
     """The spans of ``frame`` for which the field expression ``node`` holds."""
     if node is None:
         return np.ones(frame.n, dtype=np.bool_)
-    if isinstance(node, plan.Logic):
-        left = condition(frame, node.left)
-        right = condition(frame, node.right)
-        return left & right if node.op == "&&" else left | right
-    if isinstance(node, plan.Not):
-        return ~condition(frame, node.operand)
+    if isinstance(node, plan.Logic | plan.Not):
+        return _connective(node, lambda operand: condition(frame, operand))
     where = level(node)
     if where == "span":
         return _condition_over(SpanFields(frame), node)

@@ -59,16 +59,14 @@ class FoundTrace:
     inspected_bytes: int
 
 
+@dataclasses.dataclass(eq=False)
 class TraceQLService:
     """Tempo's API over every tenant's ``spans`` table. Safe to share across tasks."""
 
-    def __init__(
-        self, reader: TenantReader, sql: QueryService, max_spans: int = DEFAULT_MAX_SPANS
-    ) -> None:
-        self.reader = reader
-        self.sql = sql
-        self.max_spans = max_spans
-        """The most spans one search reads (``traceql_max_spans``)."""
+    reader: TenantReader
+    sql: QueryService
+    max_spans: int = DEFAULT_MAX_SPANS
+    """The most spans one search reads (``traceql_max_spans``)."""
 
     @property
     def timeout_s(self) -> float:

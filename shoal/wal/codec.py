@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from crc32c import crc32c
@@ -125,6 +125,7 @@ def frame_problem(
     return None
 
 
+@dataclass(eq=False)
 class FrameScanner:
     """Walk the frames of ``buf`` from ``offset``, stopping at the first bad one.
 
@@ -134,14 +135,11 @@ class FrameScanner:
     clean end of the data).
     """
 
-    def __init__(
-        self, buf: bytes | memoryview, offset: int, next_lsn: int, max_record_bytes: int
-    ) -> None:
-        self.buf = buf
-        self.offset = offset
-        self.next_lsn = next_lsn
-        self.max_record_bytes = max_record_bytes
-        self.problem: str | None = None
+    buf: bytes | memoryview
+    offset: int
+    next_lsn: int
+    max_record_bytes: int
+    problem: str | None = field(init=False, default=None)
 
     def __iter__(self) -> Iterator[FrameRef]:
         buf = self.buf

@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from shoal.wal.codec import SEGMENT_HEADER_SIZE, encode_segment_header
@@ -60,17 +60,17 @@ class SegmentMeta:
     end: int
 
 
+@dataclass(eq=False)
 class ActiveSegment:
     """The segment the writer thread appends to (only that thread uses it)."""
 
-    def __init__(self, ops: FileOps, meta: SegmentMeta, fd: int, written: int) -> None:
-        self.ops = ops
-        self.meta = meta
-        self.fd = fd
-        self.written = written
-        # Set when a failed write could not be cut back: the writer must rotate.
-        self.poisoned = False
-        self.unsynced = False
+    ops: FileOps
+    meta: SegmentMeta
+    fd: int
+    written: int
+    poisoned: bool = field(init=False, default=False)
+    """Set when a failed write could not be cut back: the writer must rotate."""
+    unsynced: bool = field(init=False, default=False)
 
     def write(self, buffers: Sequence[Buffer], nbytes: int) -> None:
         """Write all of ``buffers`` at the end of the valid data.
