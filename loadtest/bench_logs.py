@@ -10,6 +10,8 @@ flushed to Parquet; then times, each the median of ``--repeat`` runs over HTTP:
 * ``{service_name="svc-07"} |= "<rare token>"`` over the last hour and over the day, and
   over the day by a regular expression naming two services (``=~"svc-07|svc-17"``);
 * a ``json`` parse with a label filter over the last hour;
+* ``sum by (level) (count_over_time({service_name=~"svc-07|svc-17"} | json | __error__="" [1m]))``
+  over the last six hours at a one-minute step (a panel of two services' entries);
 * ``sum by (level) (count_over_time({service_name=~".+"}[1m]))`` over the day at a one
   minute step (the logs-volume query);
 * ``/loki/api/v1/label/service_name/values`` over the day.
@@ -45,6 +47,9 @@ LEVELS = ("debug", "info", "info", "info", "warn", "error")
 PATHS = ("/cart", "/checkout", "/login", "/search", "/items", "/api/v2/orders")
 HOUR_NS = 3_600_000_000_000
 VOLUME = 'sum by (level) (count_over_time({service_name=~".+"}[1m]))'
+TWO_SERVICES = (
+    'sum by (level) (count_over_time({service_name=~"svc-07|svc-17"} | json | __error__="" [1m]))'
+)
 
 
 def _line(rng: random.Random, i: int, json_body: bool, level: str, rare: bool) -> str:
@@ -232,6 +237,7 @@ def main(argv: list[str] | None = None) -> None:
             server = ServerProcess(data, env=env).start()
         hour = {"start": str(now - HOUR_NS), "end": str(now), "limit": "100"}
         day = {"start": str(start), "end": str(now), "limit": "100"}
+        six_hours = {"start": str(now - 6 * HOUR_NS), "end": str(now)}
         # Grafana's query splitting and Loki's align_queries_with_step give whole minutes
         minute = 60_000_000_000
         whole_minutes = {"start": str(start // minute * minute), "end": str(now // minute * minute)}
@@ -242,6 +248,8 @@ def main(argv: list[str] | None = None) -> None:
              {**day, "query": f'{{service_name="svc-07"}} |= "{RARE}"'}),
             ("rare token, 24 h, regex selector", "/loki/api/v1/query_range",
              {**day, "query": f'{{service_name=~"svc-07|svc-17"}} |= "{RARE}"'}),
+            ("json, two services, 6 h at 1 m", "/loki/api/v1/query_range",
+             {**six_hours, "step": "60", "query": TWO_SERVICES}),
             ("json + label filter, 1 h", "/loki/api/v1/query_range",
              {**hour, "query": '{service_name="svc-03"} | json | status >= 500'}),
             ("volume by level, 24 h at 1 m", "/loki/api/v1/query_range",

@@ -3,6 +3,7 @@ series over the steps."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -27,6 +28,32 @@ async def entries(
     return await source.newest(query, start_ns, end_ns, limit, forward)
 
 
+SUMMED = frozenset({"count_over_time", "rate", "bytes_over_time", "bytes_rate"})
+"""The range functions whose value is a count or byte sum of the window's entries (per
+second, for the rates), when they unwrap nothing: a sum of unwrapped values may be NaN in
+one series, which leaves that series out of the step rather than the whole group."""
+
+
+def _summed_early(expr: m.VectorAggregation) -> m.RangeAggregation | None:
+    """``sum by (L) (f(X))`` (or ``sum(f(X))``) of a range function ``f`` that sums its
+    window's entries, as ``f(X)`` grouped by ``L`` (and ``__error__``, so that a pipeline
+    error still stops it): the same sums, taken before the entries' other labels split them
+    into a series per label set (after a ``json`` parse, one per distinct set of fields);
+    None otherwise."""
+    inner = expr.expr
+    if (
+        expr.op == "sum" and expr.parameter is None
+        and (expr.grouping is None or not expr.grouping.without)
+        and isinstance(inner, m.RangeAggregation) and inner.grouping is None
+        and inner.function in SUMMED
+        and not any(isinstance(stage, m.Unwrap) for stage in inner.query.stages)
+    ):  # fmt: skip
+        by = () if expr.grouping is None else expr.grouping.labels
+        labels = tuple(dict.fromkeys((*by, ERROR)))
+        return dataclasses.replace(inner, grouping=m.Grouping(without=False, labels=labels))
+    return None
+
+
 async def _range(source: LogSource, node: m.RangeAggregation, steps: Steps) -> list[Series]:
     first = steps.start - node.offset_ns - node.range_ns + 1
     last = steps.end - node.offset_ns
@@ -49,6 +76,12 @@ async def _range(source: LogSource, node: m.RangeAggregation, steps: Steps) -> l
     result = ranges.evaluate(node, frame, values, steps)
     for series in result:
         if ERROR in series.labels:
+            if node.grouping is not None and ERROR in node.grouping.labels:
+                # grouped early (_summed_early): Loki names the whole label set
+                whole = dataclasses.replace(node, grouping=None)
+                series = next(
+                    s for s in ranges.evaluate(whole, frame, values, steps) if ERROR in s.labels
+                )
             raise LogQLError(
                 f"pipeline error: '{series.labels[ERROR]}' for series: "
                 f"'{_text(series.labels)}'. Use a label filter to intentionally skip this "
@@ -86,6 +119,9 @@ async def _eval(source: LogSource, expr: m.Expr, steps: Steps) -> Value:
     if isinstance(expr, m.Negate):
         return vectors.negate(await _eval(source, expr.expr, steps))
     if isinstance(expr, m.VectorAggregation):
+        early = _summed_early(expr)
+        if early is not None:
+            return vectors.aggregate(expr, await _range(source, early, steps), None)
         inner = await _eval(source, expr.expr, steps)
         if isinstance(inner, Scalar):
             raise LogQLError(f"{expr.op} expects a vector, got a scalar")

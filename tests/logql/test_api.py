@@ -210,6 +210,14 @@ def test_a_pipeline_error_in_a_metric_query_is_an_error(pushed: Loki) -> None:
         query='count_over_time({app="shop"} | json [1m])',
     )
     assert status == 400 and "JSONParserErr" in found
+    # summed by a label, the error still names the whole label set of its series
+    status, summed = q(
+        pushed,
+        "/loki/api/v1/query_range",
+        step="60",
+        query='sum by (env) (count_over_time({app="shop"} | json [1m]))',
+    )
+    assert status == 400 and summed == found
     status, found = q(
         pushed,
         "/loki/api/v1/query_range",

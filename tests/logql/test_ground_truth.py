@@ -365,6 +365,31 @@ for function in (
             ),
         )
     )
+# summed per group before the parsed fields split the entries into series (engine's
+# _summed_early): a parser stage keeps them off the SQL counting path
+for function in ("count_over_time", "rate", "bytes_over_time", "bytes_rate"):
+    METRIC_CASES.append(
+        (
+            f'sum by (detected_level, user) ({function}({{format="json", service_name="api"}}'
+            " | json [5m]))",
+            dict(
+                spec=JSON_SPEC, function=function, range="5m", outer="sum",
+                outer_by=("detected_level", "user"),
+            ),
+        )
+    )  # fmt: skip
+# and sums of unwrapped values, which are summed per series first
+for function in ("sum_over_time", "rate"):
+    METRIC_CASES.append(
+        (
+            f'sum by (service_name) ({function}({{format="logfmt", env="prod"}} | logfmt'
+            " | unwrap duration(duration) [15m]))",
+            dict(
+                spec=LOGFMT_SPEC, function=function, range="15m", unwrap="duration",
+                convert=truth._duration_s, outer="sum", outer_by=("service_name",),
+            ),
+        )
+    )  # fmt: skip
 for level in truth.LEVELS:
     spec = Spec((("service_name", "=", "billing"),), (), "", (("detected_level", "=", level),))
     METRIC_CASES.append(
