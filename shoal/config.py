@@ -343,8 +343,7 @@ SETTINGS: tuple[Setting, ...] = (
         "query_memory_bytes",
         256 * MiB,
         _parse_size,
-        "Memory pool per query (fair spill pool); the rows a trace or log search reads "
-        "into the process count against it too.",
+        "Memory pool per query (fair spill pool).",
     ),
     Setting(
         "query_timeout_s",

@@ -132,7 +132,7 @@ class LogSource:
         cap = self.max_rows
         prepared = await self.sql.aprepare(self.tenant, text)
         result = await self.sql.execute(prepared, max_rows=cap)
-        table = await result.to_table(max_bytes=self.sql.limits.memory_bytes)
+        table = await result.to_table()
         if result.truncated:
             raise QueryLimitError(
                 "rows",

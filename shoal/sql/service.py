@@ -187,21 +187,8 @@ class QueryResult:
         finally:
             self.close()
 
-    async def to_table(self, max_bytes: int | None = None) -> pa.Table:
-        """Every row, collected; with ``max_bytes``, the memory limit's error once the rows
-        held exceed it (a result read into the process, as the trace and log searches
-        read theirs, counts against ``query_memory_bytes`` as the engine's work does)."""
-        found: list[pa.RecordBatch] = []
-        held = 0
-        async for batch in self.batches():
-            held += batch.nbytes
-            if max_bytes is not None and held > max_bytes:
-                self.close()
-                raise limits.memory_error(
-                    self._limits, f"its rows took over {held:,} bytes to collect"
-                )
-            found.append(batch)
-        return pa.Table.from_batches(found, schema=self.schema)
+    async def to_table(self) -> pa.Table:
+        return pa.Table.from_batches([b async for b in self.batches()], schema=self.schema)
 
     def close(self) -> None:
         self._done = True

@@ -113,7 +113,7 @@ async def read(
     """The window's spans with the columns ``node`` needs; an error past ``max_spans``."""
     prepared = await service.aprepare(tenant, sql(node, start_ns, end_ns, extra))
     result = await service.execute(prepared, max_rows=max_spans)
-    table = await result.to_table(max_bytes=service.limits.memory_bytes)
+    table = await result.to_table()
     if result.truncated:
         raise TraceQLError(
             f"the search reads more than {max_spans} spans (traceql_max_spans); narrow "

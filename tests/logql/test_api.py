@@ -274,22 +274,3 @@ def test_a_query_over_a_limit_fails_alone_with_a_message(
         assert status == 200 and len(found["data"]["result"][0]["values"]) == 11
     finally:
         limited.close()
-
-
-def test_entries_that_outgrow_the_query_memory_fail_alone_with_a_message(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
-    """A log query over ``query_memory_bytes`` (in the engine, or in the entries it reads
-    into the process) fails alone with the limit named; a query within it still answers."""
-    limited = serve(tmp_path_factory.mktemp("memory"), {"SHOAL_QUERY_MEMORY_BYTES": "1MiB"})
-    loki = next(limited)
-    try:
-        push_streams(loki, [({"app": "big"}, [(T0 + i, "x" * 1000) for i in range(3000)])])
-        push_streams(loki, [({"app": "small"}, [(T0 + i, f"line {i}") for i in range(10)])])
-        status, message = q(loki, "/loki/api/v1/query_range", query='{app="big"}')
-        assert status == 400 and "query_memory_bytes" in message, message
-        status, found = q(loki, "/loki/api/v1/query_range", query='{app="small"}')
-        assert status == 200, found
-        assert len(found["data"]["result"][0]["values"]) == 10
-    finally:
-        limited.close()

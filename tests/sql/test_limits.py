@@ -118,25 +118,6 @@ def test_row_cap_truncates_with_a_message(harness: Harness) -> None:
     service.shutdown()
 
 
-def test_rows_collected_into_the_process_count_against_the_query_memory(
-    harness: Harness,
-) -> None:
-    """``to_table(max_bytes)``, as the trace and log searches collect their rows: past
-    ``max_bytes`` of rows held the memory limit's error, within it the rows."""
-    service = harness.service(memory_bytes=64 << 20, max_rows=1_000_000)
-
-    async def main() -> None:
-        sql = "SELECT value FROM range(200000)"  # 1.6 MB of int64, streamed by the engine
-        result = await service.execute(await service.aprepare("t", sql))
-        with pytest.raises(QueryLimitError, match=r"memory limit of .*\(query_memory_bytes\)"):
-            await result.to_table(max_bytes=1 << 20)
-        result = await service.execute(await service.aprepare("t", sql))
-        assert (await result.to_table(max_bytes=4 << 20)).num_rows == 200000
-
-    asyncio.run(main())
-    service.shutdown()
-
-
 def test_size_and_operator_caps() -> None:
     limits = Limits(max_sql_bytes=100)
     with pytest.raises(QueryLimitError, match="query_max_sql_bytes") as info:
