@@ -60,9 +60,10 @@ def _paced_sender(args: tuple[Any, ...]) -> tuple[int, list[float], int, float]:
     """One sender process at a fleet's rate: its groups of series, each round spread
     evenly over ``interval`` seconds. Returns samples, latencies (ms), retries, and how far
     it fell behind its schedule at most (seconds)."""
-    port, worker, workers, groups, start, duration, interval = args
+    port, worker, workers, groups, start, duration, interval, ready = args
     mine = [g for g in range(groups) if g % workers == worker]
     labels = {g: peers.group_labels(g) for g in mine}
+    ready.put(worker)
     start.wait()
     began, wall0_ms = time.monotonic(), int(time.time() * 1000)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
@@ -114,11 +115,20 @@ def _load(port: int, size: int, args: argparse.Namespace, pid: int) -> dict[str,
     groups = size // peers.PER_REQUEST
     paced = size >= args.paced_from
     with mp.Manager() as manager:
-        start = manager.Event()
+        start, ready = manager.Event(), manager.Queue()
         with mp.Pool(args.workers) as pool:
             if paced:
                 jobs: list[tuple[Any, ...]] = [
-                    (port, w, args.workers, groups, start, args.paced_duration, args.interval)
+                    (
+                        port,
+                        w,
+                        args.workers,
+                        groups,
+                        start,
+                        args.paced_duration,
+                        args.interval,
+                        ready,
+                    )
                     for w in range(args.workers)
                 ]
                 result: Any = pool.map_async(_paced_sender, jobs)
@@ -127,13 +137,12 @@ def _load(port: int, size: int, args: argparse.Namespace, pid: int) -> dict[str,
                 t0_ms = int(time.time() * 1000) - rounds * 1000 - 60_000
                 jobs = [
                     (port, "/api/v1/write", peers.RW_HEADERS, "rw", w, args.workers, rounds,
-                     start, args.duration, t0_ms, False, groups)
+                     start, args.duration, t0_ms, False, groups, ready)
                     for w in range(args.workers)
                 ]  # fmt: skip
                 result = pool.map_async(peers._sender, jobs)
-            time.sleep(3)  # the senders encode their bodies (or labels)
-            while not result.ready() and peers._encoding(pool):
-                time.sleep(0.5)
+            for _ in range(args.workers):  # each sender has encoded its bodies (or labels)
+                ready.get(timeout=1800)
             peak = [0]
             stop = threading.Event()
             watcher = threading.Thread(target=peers._watch, args=(pid, stop, peak), daemon=True)

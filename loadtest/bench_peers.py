@@ -207,6 +207,8 @@ def post_acked(
 def _sender(args: tuple[Any, ...]) -> tuple[int, list[float], int]:
     port, path, headers, kind, worker, workers, rounds, start, duration, t0_ms, shuffled = args[:11]
     groups = args[11] if len(args) > 11 else GROUPS
+    ready = args[12] if len(args) > 12 else None
+    """A queue told when this sender's bodies are encoded, or None."""
     # each worker its own groups, round after round: samples of a series stay in order
     mine = [g for g in range(groups) if g % workers == worker]
     per_group = (
@@ -215,6 +217,8 @@ def _sender(args: tuple[Any, ...]) -> tuple[int, list[float], int]:
         else _otlp_bodies(mine, range(rounds), t0_ms)
     )
     bodies = [per_group[i * rounds + r] for r in range(rounds) for i in range(len(mine))]
+    if ready is not None:
+        ready.put(worker)
     start.wait()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     latencies: list[float] = []

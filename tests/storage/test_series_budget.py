@@ -27,10 +27,11 @@ def _part(rng: random.Random, i: int) -> pa.Table:
     seen), over one hour of its own."""
     rows = _rows(rng, 300, BASE_US + i * HOUR_US, HOUR_US, SERIES_PER_PART)
     sids = pa.array([s + i * SERIES_PER_PART for s in rows.column("series_id").to_pylist()])
+    times = rows.column("time_unix_nano").to_pylist()
     attrs = pa.array(
         [
             [("t", str(t // 1000)), ("s", str(s))]
-            for t, s in zip(rows.column("time_unix_nano").to_pylist(), sids.to_pylist(), strict=True)
+            for t, s in zip(times, sids.to_pylist(), strict=True)
         ],
         pa.map_(pa.string(), pa.string()),
     )
