@@ -19,7 +19,8 @@ PIP    := $(BIN)/python -m pip install --quiet --constraint $(LOCK)
 
 .PHONY: serve test test-fast test-slow test-spark test-all lint typecheck check lock \
         bench bench-wal bench-otlp bench-append bench-ingest bench-replay bench-query bench-storm bench-pipeline \
-        bench-freshness bench-pg bench-promql bench-browser bench-logs bench-traces bench-peers bench-storage clean
+        bench-freshness bench-pg bench-promql bench-browser bench-logs bench-traces bench-peers bench-storage \
+        bench-cardinality clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -133,6 +134,12 @@ bench-peers: $(BENCH_STAMP)
 ## append, the SQL and PromQL panels cold and warm, and the requests each phase makes
 bench-storage: $(BENCH_STAMP)
 	$(BIN)/python -m loadtest.bench_storage $(BENCH_STORAGE_ARGS)
+
+## How costs grow with active series, 16,000 -> 160,000 -> 1,000,000 (the last at one sample
+## per series every 15 s), beside Prometheus, shoal in a 2 GiB memory cgroup (needs root for
+## the cgroup, and Debian's prometheus)
+bench-cardinality: $(BENCH_STAMP)
+	$(BIN)/python -m loadtest.bench_cardinality $(BENCH_CARDINALITY_ARGS)
 
 ## Re-resolve requirements.lock from pyproject.toml's ranges (every extra, every
 ## supported Python), keeping the locked versions that still fit; `make lock

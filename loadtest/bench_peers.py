@@ -64,6 +64,8 @@ PER_REQUEST = 1_000
 GROUPS = SERIES // PER_REQUEST
 MIN_BACKOFF_S = 0.03
 MAX_BACKOFF_S = 1.0
+RW_HEADERS = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy",
+              "X-Prometheus-Remote-Write-Version": "0.1.0"}  # fmt: skip
 
 
 def _series_labels(g: int, i: int) -> dict[str, str]:
@@ -82,31 +84,40 @@ def _sample_value(r: int, i: int) -> float:
     return float((r + i) % 997)
 
 
+def group_labels(g: int) -> list[bytes]:
+    """The encoded labels of each series of group ``g`` (a request's worth)."""
+    return [
+        b"".join(
+            remote_write.field(1, remote_write.label(k, v))
+            for k, v in sorted(_series_labels(g, i).items())
+        )
+        for i in range(PER_REQUEST)
+    ]
+
+
+def round_body(labels: list[bytes], t_ms: int, r: int, order: list[int] | None = None) -> bytes:
+    """The compressed remote-write body of one group's series (``labels``, from
+    :func:`group_labels`) in round ``r``, one sample each at ``t_ms``, in ``order``."""
+    body = b"".join(
+        remote_write.field(
+            1, labels[i] + remote_write.field(2, remote_write.sample(t_ms, _sample_value(r, i)))
+        )
+        for i in (range(len(labels)) if order is None else order)
+    )
+    return remote_write.compress(body)
+
+
 def rw_bodies(groups: list[int], rounds: range, t0_ms: int, shuffled: bool = False) -> list[bytes]:
     """Remote-write bodies; each series' labels are encoded once, its samples per round
     (``shuffled``: each round in another order of the group's series)."""
     out = []
     for g in groups:
-        labels = [
-            b"".join(
-                remote_write.field(1, remote_write.label(k, v))
-                for k, v in sorted(_series_labels(g, i).items())
-            )
-            for i in range(PER_REQUEST)
-        ]
+        labels = group_labels(g)
         for r in rounds:
-            t = t0_ms + r * 1000
             order = list(range(len(labels)))
             if shuffled:
                 random.Random(g * 1000 + r).shuffle(order)
-            body = b"".join(
-                remote_write.field(
-                    1,
-                    labels[i] + remote_write.field(2, remote_write.sample(t, _sample_value(r, i))),
-                )
-                for i in order
-            )
-            out.append(remote_write.compress(body))
+            out.append(round_body(labels, t0_ms + r * 1000, r, order))
     return out
 
 
@@ -171,16 +182,43 @@ def _otlp_bodies(groups: list[int], rounds: range, t0_ms: int) -> list[bytes]:
     return out
 
 
+def post_acked(
+    conn: http.client.HTTPConnection, path: str, body: bytes, headers: dict[str, str]
+) -> int:
+    """POST ``body`` until it is acknowledged; returns the retries it took. Answered 429
+    or 503, it retries after a backoff that doubles from 30 ms, as Prometheus' own sender
+    does; any other status of 300 or more raises."""
+    backoff = MIN_BACKOFF_S
+    retries = 0
+    while True:
+        conn.request("POST", path, body=body, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        if response.status not in (429, 503):
+            break
+        retries += 1
+        time.sleep(backoff)
+        backoff = min(backoff * 2, MAX_BACKOFF_S)
+    if response.status >= 300:
+        raise RuntimeError(f"{path} answered {response.status}")
+    return retries
+
+
 def _sender(args: tuple[Any, ...]) -> tuple[int, list[float], int]:
-    port, path, headers, kind, worker, workers, rounds, start, duration, t0_ms, shuffled = args
+    port, path, headers, kind, worker, workers, rounds, start, duration, t0_ms, shuffled = args[:11]
+    groups = args[11] if len(args) > 11 else GROUPS
+    ready = args[12] if len(args) > 12 else None
+    """A queue told when this sender's bodies are encoded, or None."""
     # each worker its own groups, round after round: samples of a series stay in order
-    mine = [g for g in range(GROUPS) if g % workers == worker]
+    mine = [g for g in range(groups) if g % workers == worker]
     per_group = (
         rw_bodies(mine, range(rounds), t0_ms, shuffled)
         if kind == "rw"
         else _otlp_bodies(mine, range(rounds), t0_ms)
     )
     bodies = [per_group[i * rounds + r] for r in range(rounds) for i in range(len(mine))]
+    if ready is not None:
+        ready.put(worker)
     start.wait()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     latencies: list[float] = []
@@ -191,19 +229,7 @@ def _sender(args: tuple[Any, ...]) -> tuple[int, list[float], int]:
         if time.monotonic() >= deadline:
             break
         began = time.perf_counter()
-        backoff = MIN_BACKOFF_S
-        while True:
-            conn.request("POST", path, body=body, headers=headers)
-            response = conn.getresponse()
-            response.read()
-            if response.status not in (429, 503):
-                break
-            # as Prometheus' sender does: retry with a backoff that doubles, from 30 ms
-            retries += 1
-            time.sleep(backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
-        if response.status >= 300:
-            raise RuntimeError(f"{kind} answered {response.status}")
+        retries += post_acked(conn, path, body, headers)
         latencies.append((time.perf_counter() - began) * 1000)
         sent += PER_REQUEST
     conn.close()
@@ -318,22 +344,20 @@ def run_one(
     name: str, tmp: Path, duration: float, workers: int, shuffled: bool = False
 ) -> dict[str, float]:
     stop_server: Callable[[], None]
-    rw_headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy",
-                  "X-Prometheus-Remote-Write-Version": "0.1.0"}  # fmt: skip
     # what the data takes on disk once flushed: (flushed, compacted) bytes; shoal alone
     # compacts (the peers' own compaction runs hours later)
     disk: Callable[[], tuple[float, float]]
     if name == "prometheus":
         prom = Prometheus(tmp, admin=True).start()
         assert prom.proc is not None
-        pid, port, path, headers, kind = prom.proc.pid, prom.port, "/api/v1/write", rw_headers, "rw"
+        pid, port, path, headers, kind = prom.proc.pid, prom.port, "/api/v1/write", RW_HEADERS, "rw"
         stop_server = prom.stop
 
         def disk() -> tuple[float, float]:
             return prom.snapshot_bytes(), float("nan")
     elif name == "victoria-metrics":
         proc, port = _victoria(tmp)
-        pid, path, headers, kind = proc.pid, "/api/v1/write", rw_headers, "rw"
+        pid, path, headers, kind = proc.pid, "/api/v1/write", RW_HEADERS, "rw"
 
         def stop_server() -> None:
             proc.terminate()
@@ -351,7 +375,7 @@ def run_one(
         assert server.proc is not None
         pid, port = server.proc.pid, server.http_port
         if name == "shoal (remote write)":
-            path, headers, kind = "/api/v1/write", rw_headers, "rw"
+            path, headers, kind = "/api/v1/write", RW_HEADERS, "rw"
         else:
             path, headers, kind = "/v1/metrics", {"Content-Type": "application/x-protobuf"}, "otlp"
         stop_server = server.kill

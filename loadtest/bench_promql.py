@@ -228,6 +228,27 @@ def _timed_get(base: str, path: str, params: list[tuple[str, str]]) -> tuple[flo
     return elapsed, body["data"]
 
 
+Call = tuple[str, str, list[tuple[str, str]]]
+"""A metric browser call: its name in the tables, its path, its parameters."""
+
+
+def browser_calls(
+    start: str, end: str, labels: tuple[str, ...], *matches: tuple[str, str]
+) -> list[Call]:
+    """The calls Grafana's Prometheus data source makes for its metric browser, over
+    ``[start, end]`` (seconds): the metric names, the label names, the values of each of
+    ``labels``, and the series of each ``(name, selector)`` of ``matches``."""
+    rng = [("start", start), ("end", end)]
+    calls: list[Call] = [
+        ("label/__name__/values", "/api/v1/label/__name__/values", rng),
+        ("labels", "/api/v1/labels", rng),
+    ]
+    calls += [(f"label/{label}/values", f"/api/v1/label/{label}/values", rng) for label in labels]
+    calls += [(f"series?match[]={name}", "/api/v1/series", [("match[]", selector), *rng])
+              for name, selector in matches]  # fmt: skip
+    return calls
+
+
 def _size(data: object) -> int:
     if isinstance(data, dict) and "result" in data:
         return len(data["result"])
@@ -328,17 +349,8 @@ def main(argv: list[str] | None = None) -> int:
                 "| items shoal / Prometheus |"
             )
             print("|---|---:|---:|---:|---:|---|")
-            rng = [("start", start), ("end", end)]
-            for name, path, params in (
-                ("label/__name__/values", "/api/v1/label/__name__/values", rng),
-                ("labels", "/api/v1/labels", rng),
-                ("label/instance/values", "/api/v1/label/instance/values", rng),
-                ("label/cpu/values", "/api/v1/label/cpu/values", rng),
-                (
-                    "series?match[]=requests",
-                    "/api/v1/series",
-                    [("match[]", "http_server_requests_total"), *rng],
-                ),
+            for name, path, params in browser_calls(
+                start, end, ("instance", "cpu"), ("requests", "http_server_requests_total")
             ):
                 _measure(name, path, params, shoal.url, prom.url, args.repeat, first_column=True)
         finally:

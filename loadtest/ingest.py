@@ -97,8 +97,11 @@ class ServerProcess:
         log_path: Path | None = None,
         pg_port: int | None = None,
         shoal: Path | None = None,
+        cgroup: Path | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.cgroup = cgroup
+        """A cgroup directory the server joins before it runs (its ``cgroup.procs``)."""
         # the ``shoal`` entry point beside the interpreter running this code
         self.shoal = shoal or Path(sys.executable).with_name("shoal")
         spare = iter(free_ports(3))
@@ -130,8 +133,15 @@ class ServerProcess:
         )
         env.update(self.extra_env)
         log = self.log_path.open("ab")
+        procs = self.cgroup / "cgroup.procs" if self.cgroup is not None else None
         self.proc = subprocess.Popen(
-            [str(self.shoal), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
+            [str(self.shoal), "serve"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            # in the child, before exec: the server starts inside its cgroup, so that its
+            # start-up checks read the cgroup's memory limit
+            preexec_fn=None if procs is None else lambda: procs.write_text(str(os.getpid())),
         )
         log.close()
         if wait:

@@ -264,6 +264,14 @@ SETTINGS: tuple[Setting, ...] = (
         "Ingest queue bound in bytes of decoded data (each request counted as the length "
         "of its rows as an Arrow IPC stream).",
     ),
+    Setting(
+        "series_cache_bytes",
+        64 * MiB,
+        _parse_size,
+        "Memory for each cache of series seen before (remote write's, OTLP metrics'; in the "
+        "server and in each decoding process): the columns a series' labels become, kept so "
+        "that its next request skips working them out; full, a cache starts over.",
+    ),
     Setting("retry_after_s", 1, _parse_positive_int, "Retry-After sent with 429/503."),
     Setting(
         "backlog_wait_s",
@@ -359,7 +367,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "query_max_concurrency",
-        4,
+        3,
         _parse_positive_int,
         "Queries executing at once; more wait, then fail with a clear message.",
     ),
@@ -403,6 +411,15 @@ SETTINGS: tuple[Setting, ...] = (
         _parse_size,
         "Memory for the metric rows PromQL has decoded from Parquet files, kept for the "
         "next query over the same files (a dashboard's refresh); 0 keeps none.",
+    ),
+    Setting(
+        "series_index_bytes",
+        128 * MiB,
+        _parse_size,
+        "Memory for the series indexes (one row per series of each table, what the metric "
+        "browser and PromQL look series up in), all tables together; over it, the series "
+        "seen longest ago are dropped, and a query reaching back to them reads the files' "
+        "series summaries instead (slower, never wrong). 0: no bound.",
     ),
     Setting(
         "promql_promote_resource_attributes",
@@ -496,6 +513,7 @@ class Config:
     decode_processes: int
     queue_max_requests: int
     queue_max_bytes: int
+    series_cache_bytes: int
     retry_after_s: int
     backlog_wait_s: float
     flush_max_bytes: int
@@ -517,6 +535,7 @@ class Config:
     promql_max_samples: int
     traceql_max_spans: int
     promql_cache_bytes: int
+    series_index_bytes: int
     promql_promote_resource_attributes: str
     loki_tail_buffer_rows: int
     retention_days: int

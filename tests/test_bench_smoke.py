@@ -150,6 +150,25 @@ SMALLEST: dict[str, list[str]] = {
         "2",
     ],
     "bench-peers": ["loadtest.bench_peers", "--duration", "2", "--repeat", "1", "--workers", "1"],
+    "bench-cardinality": [
+        "loadtest.bench_cardinality",
+        "--size",
+        "2000,4000",
+        "--paced-from",
+        "4000",
+        "--duration",
+        "2",
+        "--paced-duration",
+        "4",
+        "--interval",
+        "2",
+        "--calls",
+        "2",
+        "--workers",
+        "1",
+        "--idle",
+        "0.5",
+    ],
 }
 
 # what each needs beyond the project's own install
@@ -157,6 +176,7 @@ NEEDS: dict[str, list[str]] = {
     "bench-promql": ["prometheus"],
     "bench-browser": ["prometheus"],
     "bench-peers": ["prometheus", "victoria-metrics"],
+    "bench-cardinality": ["prometheus"],
 }
 
 

@@ -152,6 +152,8 @@ BUDGET_ROWS = {
     "request bodies": "bodies",
     "PromQL cache": "promql_cache",
     "decoding processes": "decoders",
+    "series indexes": "series_index",
+    "series caches": "series_caches",
     "total": "total",
 }
 

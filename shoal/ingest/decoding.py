@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from shoal import otlp
 from shoal.lokipush import decode as lokipush
+from shoal.otlp import scanned
 from shoal.promwrite import decode as promwrite
 from shoal.promwrite import snappy
 
@@ -32,6 +33,24 @@ LOKI_PUSH = "loki-push"
 """Loki's push API, protobuf in snappy's block format."""
 LOKI_PUSH_JSON = "loki-push-json"
 """Loki's push API, JSON (any gzip undone)."""
+
+
+def limit_series_caches(max_bytes: int) -> None:
+    """Bound each series cache of this process (remote write's, OTLP metrics') to
+    ``max_bytes``: the ``series_cache_bytes`` setting, in the server and in every decoding
+    process."""
+    promwrite.KNOWN.limit(max_bytes)
+    scanned.KNOWN.limit(max_bytes)
+
+
+SERIES_CACHES = ("remote_write", "otlp")
+
+
+def series_cache_stats() -> dict[str, tuple[int, int]]:
+    """Per codec of :data:`SERIES_CACHES`, what its series cache in this process holds
+    (bytes) and the series it worked out without keeping them (it was full)."""
+    caches = {"remote_write": promwrite.KNOWN, "otlp": scanned.KNOWN}
+    return {name: (cache.nbytes, cache.unkept) for name, cache in caches.items()}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from shoal.errors import DecoderLostError, ShuttingDownError
 from shoal.ingest import records
-from shoal.ingest.decoding import Decoded, DecodeJob, Done, decode, hand_over
+from shoal.ingest.decoding import Decoded, DecodeJob, Done, decode, hand_over, limit_series_caches
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +40,14 @@ _Item = tuple[int, DecodeJob, str, bytes]
 _EMPTY = pa.table({})
 
 
-def worker_main(conn: multiprocessing.connection.Connection) -> None:
-    """A decoding process: jobs in, ``(id, error, counts)`` + payload out, until EOF."""
+def worker_main(
+    conn: multiprocessing.connection.Connection, cache_bytes: int | None = None
+) -> None:
+    """A decoding process: jobs in, ``(id, error, counts)`` + payload out, until EOF;
+    ``cache_bytes`` bounds its series caches (``series_cache_bytes``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the server to act on
+    if cache_bytes is not None:
+        limit_series_caches(cache_bytes)
     while True:
         try:
             item: _Item | None = conn.recv()
@@ -95,9 +100,12 @@ def _rebuild(portable: _Portable) -> BaseException:
 class _Worker:
     """One decoding process and the two threads that talk to it."""
 
-    def __init__(self, context: Any, index: int, on_restart: Callable[[], None]) -> None:
+    def __init__(
+        self, context: Any, index: int, on_restart: Callable[[], None], cache_bytes: int | None
+    ) -> None:
         self._context = context
         self._index = index
+        self._cache_bytes = cache_bytes
         self._on_restart = on_restart
         self._lock = threading.Lock()
         self._jobs: dict[int, Done] = {}  # submitted and not answered
@@ -125,7 +133,10 @@ class _Worker:
     def _spawn(self) -> tuple[BaseProcess, multiprocessing.connection.Connection]:
         parent, child = self._context.Pipe(duplex=True)
         process = self._context.Process(
-            target=worker_main, args=(child,), name=f"shoal-decode-{self._index}", daemon=True
+            target=worker_main,
+            args=(child, self._cache_bytes),
+            name=f"shoal-decode-{self._index}",
+            daemon=True,
         )
         process.start()
         child.close()  # the worker's end lives in the worker only: its exit is our EOF
@@ -229,13 +240,19 @@ def _deliver(done: Done, error: Any, counts: Any, payload: bytes) -> None:
 
 class ProcessDecoder:
     """A :class:`~shoal.ingest.decoding.DecodeRunner` over ``processes`` decoding processes;
-    a job goes to the one with the fewest jobs outstanding."""
+    a job goes to the one with the fewest jobs outstanding; ``cache_bytes`` bounds each
+    process's series caches (``series_cache_bytes``; None keeps the codecs' own bound)."""
 
-    def __init__(self, processes: int, on_restart: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        processes: int,
+        on_restart: Callable[[], None] = lambda: None,
+        cache_bytes: int | None = None,
+    ) -> None:
         if processes < 1:
             raise ValueError("a ProcessDecoder needs at least one process")
         context = multiprocessing.get_context("spawn")  # never fork a threaded server
-        self._workers = [_Worker(context, i, on_restart) for i in range(processes)]
+        self._workers = [_Worker(context, i, on_restart, cache_bytes) for i in range(processes)]
 
     @property
     def pids(self) -> list[int | None]:

@@ -51,7 +51,7 @@ PER_SERIES = tuple(
 
 KNOWN = KnownSeries(max_series=200_000, max_bytes=64 << 20)
 """Series of OTLP senders seen before, across requests and tenants (a row depends on its
-key's bytes alone)."""
+key's bytes alone); bounded by the ``series_cache_bytes`` setting in the server."""
 
 Scanned = tuple[int, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes]
 """What ``_scan.scan_metrics`` returns: point count, key offsets, keys, times, start

@@ -72,11 +72,12 @@ def message_of(content_type: str) -> str:
     return V1
 
 
-_KNOWN = KnownSeries(max_series=200_000, max_bytes=64 << 20)
-"""Series seen before, across requests and tenants (a row depends on the label set only)."""
+KNOWN = KnownSeries(max_series=200_000, max_bytes=64 << 20)
+"""Series seen before, across requests and tenants (a row depends on the label set only);
+bounded by the ``series_cache_bytes`` setting in the server."""
 
 
-def decode(body: bytes, message: str, known: KnownSeries | None = _KNOWN) -> Written:
+def decode(body: bytes, message: str, known: KnownSeries | None = KNOWN) -> Written:
     """Decode an uncompressed (snappy already undone) remote-write body of ``message``.
 
     The columns of each distinct label set come from ``known`` when it has them

@@ -13,6 +13,10 @@ The memory budget is what the settings allow the process to hold at once:
   + queue_max_bytes                                 (decoded requests waiting for the WAL)
   + max_body_bytes x (INGEST_THREADS + 1)           (bodies being decoded)
   + promql_cache_bytes                              (metric rows kept for PromQL)
+  + series_index_bytes                              (the series indexes)
+  + SERIES_CACHES x series_cache_bytes x max(1, decode_processes)
+                                                    (the codecs' series caches, in the
+                                                     server or in each decoding process)
   + DECODE_PROCESS_BYTES x decode_processes         (the decoding processes, if any)
 
 It must fit in the memory the process is given: the ``memory_limit_bytes``
@@ -46,10 +50,13 @@ bounded. A round writes one ``flush_max_bytes`` while the next arrives, so at fu
 ingest speed the unflushed rows hold two to three of them; at three, senders were held back
 or refused several times a second (docs/rationale.md)."""
 
-DECODE_PROCESS_BYTES = 224 * MiB
-"""One decoding process: 77 MiB idle (with multiprocessing's resource tracker beside
-the first, 13 MiB), the series caches of remote write and of OTLP metrics (at most
-64 MiB each), and the arrays of the request it decodes."""
+DECODE_PROCESS_BYTES = 96 * MiB
+"""One decoding process besides its series caches: 77 MiB idle (with multiprocessing's
+resource tracker beside the first, 13 MiB), and the arrays of the request it decodes."""
+
+SERIES_CACHES = 2
+"""Series caches per decoding process (or in the server when it decodes): remote write's
+and OTLP metrics', each at most ``series_cache_bytes``."""
 
 INGEST_THREADS = 1
 """Threads that decode requests. Decoding holds the GIL for most of its time, so a
@@ -67,6 +74,8 @@ class MemoryBudget:
     bodies: int
     promql_cache: int = 0
     decoders: int = 0
+    series_index: int = 0
+    series_caches: int = 0
 
     @property
     def total(self) -> int:
@@ -78,6 +87,8 @@ class MemoryBudget:
             + self.bodies
             + self.promql_cache
             + self.decoders
+            + self.series_index
+            + self.series_caches
         )
 
     def describe(self) -> str:
@@ -88,7 +99,9 @@ class MemoryBudget:
             f"(queue_max_bytes) + bodies {_mib(self.bodies)} "
             f"(max_body_bytes x {INGEST_THREADS + 1}) + PromQL cache "
             f"{_mib(self.promql_cache)} (promql_cache_bytes) + decoding processes "
-            f"{_mib(self.decoders)} ({_mib(DECODE_PROCESS_BYTES)} x decode_processes)"
+            f"{_mib(self.decoders)} ({_mib(DECODE_PROCESS_BYTES)} x decode_processes) + "
+            f"series indexes {_mib(self.series_index)} (series_index_bytes) + series caches "
+            f"{_mib(self.series_caches)} ({SERIES_CACHES} x series_cache_bytes per decoder)"
         )
 
 
@@ -106,6 +119,10 @@ def memory_budget(config: Config) -> MemoryBudget:
         bodies=int(config.max_body_bytes) * (INGEST_THREADS + 1),
         promql_cache=int(config.promql_cache_bytes),
         decoders=DECODE_PROCESS_BYTES * int(config.decode_processes),
+        series_index=int(config.series_index_bytes),
+        series_caches=SERIES_CACHES
+        * int(config.series_cache_bytes)
+        * max(1, int(config.decode_processes)),
     )
 
 
@@ -131,7 +148,8 @@ def check_memory(config: Config, cgroup_limit: int | None = None) -> MemoryBudge
             raise StartupError(
                 f"the settings allow {budget.describe()}, more than the {_mib(limit)} of "
                 f"{source}: lower query_max_concurrency or query_memory_bytes (or "
-                "flush_max_bytes, queue_max_bytes), or give the server more memory"
+                "flush_max_bytes, queue_max_bytes, series_index_bytes, series_cache_bytes), "
+                "or give the server more memory"
             )
         logger.info("memory budget %s fits %s of %s", budget.describe(), _mib(limit), source)
         return budget

@@ -36,7 +36,13 @@ from shoal.api.otlp_grpc import create_server
 from shoal.auth import Authenticator, TokenStore
 from shoal.config import Config
 from shoal.errors import ConfigError
-from shoal.ingest.decoding import DecodeRunner, ThreadDecoder
+from shoal.ingest.decoding import (
+    SERIES_CACHES,
+    DecodeRunner,
+    ThreadDecoder,
+    limit_series_caches,
+    series_cache_stats,
+)
 from shoal.ingest.feed import RowFeed
 from shoal.ingest.handler import IngestHandler
 from shoal.ingest.ingestor import Ingestor
@@ -288,10 +294,14 @@ class ServerRuntime:
         stop = self._stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        limit_series_caches(int(self.config.series_cache_bytes))
+        self.metrics.bind_series_caches(SERIES_CACHES, series_cache_stats)
         if self.config.decode_processes:
             # started first: their imports overlap the WAL replay
             self.decoder = ProcessDecoder(
-                self.config.decode_processes, self.metrics.decode_process_restarts.inc
+                self.config.decode_processes,
+                self.metrics.decode_process_restarts.inc,
+                int(self.config.series_cache_bytes),
             )
             self.ingest.decoder = self.decoder
 
@@ -379,6 +389,7 @@ class ServerRuntime:
             self.query_service = QueryService(reader, self.config)
             slices = reader.slices
             self.metrics.bind_promql_cache(lambda: (slices.bytes, slices.hits, slices.misses))
+            self.metrics.bind_series_index(store.series_budget.stats)
             app.state.query_service = self.query_service
             app.state.promql = PromQLService(
                 reader,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import psutil
 from prometheus_client import (
@@ -225,6 +225,35 @@ _FAMILIES: tuple[_Family, ...] = (
         (),
     ),
     _Family(
+        "series_index_bytes",
+        Gauge,
+        "shoal_series_index_bytes",
+        "Bytes the series indexes of every table hold (bounded by series_index_bytes).",
+        (),
+    ),
+    _Family(
+        "series_index_evicted",
+        Gauge,
+        "shoal_series_index_evicted_series",
+        "Series dropped from the series indexes since start to keep them within "
+        "series_index_bytes (queries reaching back to them read the files' summaries).",
+        (),
+    ),
+    _Family(
+        "series_cache_bytes",
+        Gauge,
+        "shoal_series_cache_bytes",
+        "Bytes each series cache of the server process holds (bounded by series_cache_bytes).",
+        ("codec",),
+    ),
+    _Family(
+        "series_cache_unkept",
+        Gauge,
+        "shoal_series_cache_unkept_series",
+        "Series a full series cache worked out and did not keep, since start, per codec.",
+        ("codec",),
+    ),
+    _Family(
         "storage_cache_reads",
         Gauge,
         "shoal_storage_cache_reads",
@@ -270,6 +299,12 @@ _FAMILIES: tuple[_Family, ...] = (
 )
 
 
+def _pick(
+    stats: Callable[[], Mapping[str, tuple[int, int]]], key: str, i: int
+) -> Callable[[], float]:
+    return lambda: float(stats()[key][i])
+
+
 class ServerMetrics:
     """Every metric family the server exposes on ``/metrics``."""
 
@@ -303,6 +338,10 @@ class ServerMetrics:
     storage_cache_bytes: Gauge
     flush_failing_seconds: Gauge
     storage_cache_reads: Gauge
+    series_index_bytes: Gauge
+    series_index_evicted: Gauge
+    series_cache_bytes: Gauge
+    series_cache_unkept: Gauge
     table_version: Gauge
     table_commits_total: Counter
     table_commit_retries_total: Counter
@@ -348,6 +387,20 @@ class ServerMetrics:
         self.storage_cache_bytes.set_function(lambda: float(stats()[0]))
         self.storage_cache_reads.labels("hit").set_function(lambda: float(stats()[1]))
         self.storage_cache_reads.labels("miss").set_function(lambda: float(stats()[2]))
+
+    def bind_series_index(self, stats: Callable[[], tuple[int, int]]) -> None:
+        """``stats() -> (bytes, evicted series)`` of the series indexes."""
+        self.series_index_bytes.set_function(lambda: float(stats()[0]))
+        self.series_index_evicted.set_function(lambda: float(stats()[1]))
+
+    def bind_series_caches(
+        self, codecs: Sequence[str], stats: Callable[[], Mapping[str, tuple[int, int]]]
+    ) -> None:
+        """``stats() -> {codec: (bytes, series not kept)}`` of the series caches."""
+        for codec in codecs:
+            held, unkept = _pick(stats, codec, 0), _pick(stats, codec, 1)
+            self.series_cache_bytes.labels(codec).set_function(held)
+            self.series_cache_unkept.labels(codec).set_function(unkept)
 
     def bind_wal(self, stats: Callable[[], tuple[int, int]]) -> None:
         """``stats() -> (bytes, segments)`` of the WAL directory."""

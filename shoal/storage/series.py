@@ -20,6 +20,11 @@ time), so a row seen twice, in a batch and then in the file it was flushed to,
 changes nothing. Entries of series whose rows all left the table (retention)
 are dropped when files leave it. Everything here is derived data: a missing or
 unreadable summary or checkpoint is rebuilt from the data files.
+
+Its memory is bounded with every other table's index by a
+:class:`~shoal.storage.series_budget.SeriesBudget` (``series_index_bytes``): over it, the
+series seen longest ago are dropped, and a read that reaches back to them merges the
+summaries of the files in its range instead.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import pyarrow.parquet as pq
 from shoal.schema import TableSpec
 from shoal.storage import layout
 from shoal.storage.place import Place
+from shoal.storage.series_budget import SeriesBudget, evict
 from shoal.storage.types import ScanFile, TableSnapshot
 from shoal.storage.unflushed import LsnBatch
 
@@ -47,6 +53,7 @@ FIRST = "first_ns"
 LAST = "last_ns"
 CHECKPOINT = f"{layout.SERIES_DIR}/index.parquet"
 _COVERED = b"shoal.covered"
+_FLOOR = b"shoal.floor"
 _REMEMBERED = 256
 """Summaries of just-written files kept for the next read (one flush round's worth)."""
 _REMEMBERED_BYTES = 16 << 20
@@ -189,8 +196,13 @@ def _read(place: Place, rel: str) -> pa.Table:
 class SeriesIndex:
     """The series index of one table (see the module docstring). Thread-safe."""
 
-    def __init__(self, place: Place, spec: TableSpec, label: str) -> None:
+    def __init__(
+        self, place: Place, spec: TableSpec, label: str, budget: SeriesBudget | None = None
+    ) -> None:
         self.place = place
+        self.budget = budget if budget is not None else SeriesBudget(0)
+        self._floor: int | None = None
+        """Series last seen at or before this time may have been dropped by the bound."""
         self.spec = spec
         self.label = label
         self.schema = index_schema(spec)
@@ -251,14 +263,16 @@ class SeriesIndex:
         self._files = ()
         try:
             table = _read(self.place, CHECKPOINT)
-            covered = json.loads((table.schema.metadata or {}).get(_COVERED, b"[]"))
-            self._covered = {str(p) for p in covered}
+            metadata = table.schema.metadata or {}
+            self._covered = {str(p) for p in json.loads(metadata.get(_COVERED, b"[]"))}
+            self._floor = int(metadata[_FLOOR]) if _FLOOR in metadata else None
             return table.replace_schema_metadata(None).cast(self.schema)
         except FileNotFoundError:
             pass
         except (OSError, pa.ArrowException, ValueError) as exc:
             logger.warning("%s: series index checkpoint unusable (%s); rebuilding", self.label, exc)
         self._covered = set()
+        self._floor = None
         return self.schema.empty_table()
 
     def _add_files(self, table: pa.Table, files: Sequence[ScanFile]) -> pa.Table:
@@ -303,15 +317,59 @@ class SeriesIndex:
             table = self._table if self._table is not None else self._load()
             table = self._add_files(table, snapshot.files)
             table = self._add_batches(table, batches)
+            table = self._bound(table)
             self._table = table
+            floor = self._floor
             if self._unsaved >= CHECKPOINT_EVERY:
                 self._checkpoint(table)
-        return within(table, start_ns, end_ns)
+        found = within(table, start_ns, end_ns)
+        if floor is not None and (start_ns is None or start_ns <= floor):
+            end = floor if end_ns is None else min(end_ns, floor)
+            found = self._dropped(found, snapshot, batches, start_ns, end)
+        return found
+
+    def _bound(self, table: pa.Table) -> pa.Table:
+        """``table`` within the room the budget leaves this index (the lock is held)."""
+        room = self.budget.room(self.label)
+        kept, floor = (table, None) if room is None else evict(table, room)
+        if floor is not None:
+            self._floor = floor if self._floor is None else max(self._floor, floor)
+            logger.info(
+                "%s: series index over its share of series_index_bytes; dropped %d series "
+                "last seen at or before %d ns",
+                self.label, table.num_rows - kept.num_rows, floor,
+            )  # fmt: skip
+        self.budget.hold(self.label, kept.get_total_buffer_size(), table.num_rows - kept.num_rows)
+        return kept
+
+    def _dropped(
+        self,
+        found: pa.Table,
+        snapshot: TableSnapshot,
+        batches: Sequence[LsnBatch],
+        start_ns: int | None,
+        end_ns: int,
+    ) -> pa.Table:
+        """``found`` with the series the bound may have dropped that were seen in
+        ``[start_ns, end_ns]``: the summaries of the files and batches holding rows in it,
+        read for this call and not kept."""
+        low = start_ns if start_ns is not None else -(1 << 63)
+        for file in snapshot.files:
+            if file.max_time_us * 1000 + 999 < low or file.min_time_us * 1000 > end_ns:
+                continue
+            found = overlay(found, within(self._summary_of(file), start_ns, end_ns), self.key)
+        rows = [b.batch for b in batches if b.batch.num_rows]
+        if rows:
+            summary = summarize(pa.Table.from_batches(rows), self.spec, self.schema)
+            found = overlay(found, within(summary, start_ns, end_ns), self.key)
+        return found
 
     def _checkpoint(self, table: pa.Table) -> None:
-        covered = json.dumps(sorted(self._covered)).encode()
+        metadata = {_COVERED: json.dumps(sorted(self._covered)).encode()}
+        if self._floor is not None:
+            metadata[_FLOOR] = str(self._floor).encode()
         try:
-            _save(self.place, CHECKPOINT, table, {_COVERED: covered})
+            _save(self.place, CHECKPOINT, table, metadata)
             self._unsaved = 0
         except OSError as exc:
             logger.warning("%s: could not checkpoint the series index: %s", self.label, exc)

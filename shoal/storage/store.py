@@ -27,6 +27,7 @@ from shoal.storage.freshness import Watch
 from shoal.storage.location import StorageLocation
 from shoal.storage.place import Place
 from shoal.storage.reporting import NOOP, StorageMetrics
+from shoal.storage.series_budget import SeriesBudget
 from shoal.storage.table import Table
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class TableStore:
         location: StorageLocation | None = None,
         poll_s: float = 0.0,
         background: bool = False,
+        series_index_bytes: int = 0,
     ) -> None:
         if coverage_bucket_s <= 0 or checkpoint_interval <= 0:
             raise ValueError("coverage_bucket_s and checkpoint_interval must be positive")
@@ -70,6 +72,8 @@ class TableStore:
         it asks whether another writer committed (the server's own commits are seen at
         once); on local disk a read always looks (one ``stat``)."""
         self.background = background
+        self.series_budget = SeriesBudget(series_index_bytes)
+        """What the series indexes of every table may hold together (0: no bound)."""
         """Whether reads past ``poll_s`` look for changes in the background (the server)
         rather than at once (see :mod:`shoal.storage.freshness`)."""
         self._metrics = metrics
@@ -104,6 +108,7 @@ class TableStore:
             location=location,
             poll_s=float(cfg.storage_poll_s),
             background=background,
+            series_index_bytes=int(cfg.series_index_bytes),
         )
 
     def place(self, tenant: str, table: str) -> Place:
@@ -162,6 +167,7 @@ class TableStore:
                 metrics=self._metrics,
                 poll_s=self.poll_s,
                 background=self.background,
+                series_budget=self.series_budget,
             )
             if spec is not None:
                 _check_same(opened, spec)

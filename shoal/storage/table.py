@@ -35,6 +35,7 @@ from shoal.storage.lookup import LookupIndex
 from shoal.storage.place import Place
 from shoal.storage.reporting import NOOP, StorageMetrics
 from shoal.storage.series import SeriesIndex
+from shoal.storage.series_budget import SeriesBudget
 from shoal.storage.types import (
     WAL_APP_ID,
     CommitResult,
@@ -62,6 +63,7 @@ class Table:
         metrics: StorageMetrics = NOOP,
         poll_s: float = 0.0,
         background: bool = False,
+        series_budget: SeriesBudget | None = None,
     ) -> None:
         if not isinstance(place, Place):
             place = Place(StorageLocation.local(place))
@@ -83,7 +85,9 @@ class Table:
         )
         self.files = TableFiles(place, spec, bucket_s, self.label)
         self._coverage = CoverageIndex(self.files)
-        self._series = SeriesIndex(place, spec, self.label) if spec.index_columns else None
+        self._series = (
+            SeriesIndex(place, spec, self.label, series_budget) if spec.index_columns else None
+        )
         if self._series is not None and not place.local:  # on disk, read back cheaply
             self.files.summaries = self._series.remember
         self._lookup = LookupIndex(place, spec, self.label) if spec.lookup_column else None

@@ -131,7 +131,7 @@ def test_the_byte_bound_starts_the_cache_over() -> None:
     one = KnownSeries(max_series=1000, max_bytes=1 << 30)
     decode(body, V1, one)
     size = one._known.nbytes if one._known is not None else 0
-    known = KnownSeries(max_series=1000, max_bytes=size + 1)
+    known = KnownSeries(max_series=1000, max_bytes=size + 1, restart_every_s=0)
     decode(body, V1, known)
     other = _body([(2, [1], 0), (5, [2], 0)], True)  # 2.0 keys differ: more bytes
     _same(decode(other, V2, known).result.table, decode(other, V2, None).result.table)
@@ -299,3 +299,87 @@ def test_rows_keep_none_of_the_decoded_request_alive(
         scanned = scan and not v2 and times == [2, 3]
         assert bool(decoder_output.batches) != scanned
         assert decoder_output.shared(rows) == set()
+
+
+def test_the_setting_bounds_the_bytes_a_cache_holds() -> None:
+    """``series_cache_bytes`` (:meth:`KnownSeries.limit`): filled with ever new series,
+    the cache never holds more than it, counting the index's Python objects too, and what
+    it decodes stays what the full decoder gives."""
+    known = KnownSeries(max_series=1_000_000, max_bytes=1 << 30)
+    bound = 64 << 10
+    known.limit(bound)
+    for r in range(40):
+        labels = [{"__name__": f"m{r}", "instance": f"host-{i}", "job": "j"} for i in range(50)]
+        body = remote_write.encode([(ls, [(1_000 + r, 1.0)]) for ls in labels])
+        _same(decode(body, V1, known).result.table, decode(body, V1, None).result.table)
+        assert 0 < known.nbytes <= bound
+        held = known._known
+        assert held is not None
+        arrow = held.table.get_total_buffer_size() + held.keys.nbytes
+        assert known.nbytes >= arrow + len(held.index) * known_module.ENTRY_BYTES
+    assert known.unkept > 0  # it was full
+
+
+def test_a_lower_bound_drops_a_cache_over_it() -> None:
+    known = KnownSeries(max_series=1000, max_bytes=1 << 30)
+    decode(_body([(i, [1], 0) for i in range(len(LABEL_SETS))], False), V1, known)
+    held = known.nbytes
+    known.limit(held)
+    assert known.nbytes == held  # fits: kept
+    known.limit(held - 1)
+    assert known.nbytes == 0 and len(known) == 0
+
+
+def test_the_server_bounds_both_codecs_caches() -> None:
+    from shoal.ingest.decoding import limit_series_caches
+    from shoal.otlp import scanned
+    from shoal.promwrite import decode as promwrite
+
+    before = promwrite.KNOWN.max_bytes, scanned.KNOWN.max_bytes
+    try:
+        limit_series_caches(12345)
+        assert promwrite.KNOWN.max_bytes == scanned.KNOWN.max_bytes == 12345
+    finally:
+        promwrite.KNOWN.limit(before[0])
+        scanned.KNOWN.limit(before[1])
+
+
+def _distinct(start: int, count: int, t: int) -> bytes:
+    labels = [
+        {"__name__": "m", "instance": f"host-{i}", "job": "j"} for i in range(start, start + count)
+    ]
+    return remote_write.encode([(ls, [(t, 1.0)]) for ls in labels])
+
+
+def test_a_full_cache_starts_over_no_more_often_than_its_interval() -> None:
+    """Full, the cache hands new series back without keeping them until its interval has
+    passed since it started (a generation let go too soon stays pinned by the rows sliced
+    from it until their flush), then starts over; the rows are right all along."""
+    now = [0.0]
+    one = KnownSeries(max_series=1000, max_bytes=1 << 30)
+    decode(_distinct(0, 20, 1), V1, one)
+    bound = one.nbytes + 200  # room for no 21st series, and for 20 of longer names
+    known = KnownSeries(max_series=1000, max_bytes=bound, restart_every_s=60, clock=lambda: now[0])
+    decode(_distinct(0, 20, 1), V1, known)  # full now
+    for body in (_distinct(20, 20, 2), _distinct(10, 20, 3), _distinct(0, 20, 4)):
+        _same(decode(body, V1, known).result.table, decode(body, V1, None).result.table)
+        assert known.restarts == 0 and len(known) == 20 and known.nbytes <= bound
+    assert known.unkept == 30
+    now[0] = 60.0
+    body = _distinct(40, 20, 5)
+    _same(decode(body, V1, known).result.table, decode(body, V1, None).result.table)
+    assert known.restarts == 1 and len(known) == 20
+
+
+def test_growing_the_cache_copies_nothing_the_handed_out_rows_pin() -> None:
+    """Rows handed out are slices of the cache, kept by the unflushed rows until their
+    flush: growing the cache must not copy it, or every copy stays alive beside it."""
+    known = KnownSeries(max_series=100_000, max_bytes=1 << 30)
+    decode(_distinct(0, 500, 0), V1, known)
+    before = pa.total_allocated_bytes()
+    handed = [decode(_distinct(500 * i, 500, 1), V1, known).result.table for i in range(1, 40)]
+    grown = pa.total_allocated_bytes() - before
+    held = known._known
+    assert held is not None and len(handed) == 39
+    cache = held.table.get_total_buffer_size()
+    assert grown < 2 * cache, f"{grown} bytes allocated for a cache of {cache}"

@@ -78,7 +78,7 @@ def test_memory_budget_over_the_setting_refuses_to_start(tmp_path: Path) -> None
     done = _serve(tmp_path, SHOAL_MEMORY_LIMIT_BYTES="1GiB")
     assert done.returncode == 2, done.stderr
     assert "memory_limit_bytes" in done.stderr
-    assert "query_max_concurrency" in done.stderr and "1024 MiB" in done.stderr
+    assert "query_max_concurrency" in done.stderr and "768 MiB" in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -88,6 +88,9 @@ def test_memory_budget_that_fits_starts(start_server: ServerFactory) -> None:
         "SHOAL_QUERY_MAX_CONCURRENCY": "1",
         "SHOAL_FLUSH_MAX_BYTES": "32MiB",
         "SHOAL_PROMQL_CACHE_BYTES": "32MiB",
+        "SHOAL_QUEUE_MAX_BYTES": "32MiB",
+        "SHOAL_SERIES_INDEX_BYTES": "16MiB",
+        "SHOAL_SERIES_CACHE_BYTES": "8MiB",
     }
     server = start_server(env=env)
     assert server.proc is not None and server.proc.poll() is None
@@ -102,13 +105,22 @@ def test_budget_adds_up_each_setting() -> None:
         queue_max_bytes=7 * MiB,
         max_body_bytes=5 * MiB,
         promql_cache_bytes=11 * MiB,
+        series_index_bytes=13 * MiB,
+        series_cache_bytes=17 * MiB,
     )
     budget = preflight.memory_budget(cfg)
     assert budget.queries == 300 * MiB
     assert budget.unflushed == preflight.UNFLUSHED_LIMIT_FLUSHES * 10 * MiB
     assert budget.promql_cache == 11 * MiB
     snapshot = preflight.UNFLUSHED_LIMIT_FLUSHES * 10
-    assert budget.total == preflight.BASELINE_RSS_BYTES + (300 + snapshot + 7 + 10 + 11) * MiB
+    assert budget.series_index == 13 * MiB
+    assert budget.series_caches == preflight.SERIES_CACHES * 17 * MiB
+    caches = preflight.SERIES_CACHES * 17
+    total = 300 + snapshot + 7 + 10 + 11 + 13 + caches
+    assert budget.total == preflight.BASELINE_RSS_BYTES + total * MiB
+    with_processes = preflight.memory_budget(cfg.replace(decode_processes=2))
+    assert with_processes.series_caches == 2 * preflight.SERIES_CACHES * 17 * MiB
+    assert with_processes.decoders == 2 * preflight.DECODE_PROCESS_BYTES
     with pytest.raises(StartupError, match="cgroup memory limit"):
         preflight.check_memory(cfg, cgroup_limit=budget.total - 1)
     assert preflight.check_memory(cfg, cgroup_limit=budget.total) == budget
