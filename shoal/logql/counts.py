@@ -87,7 +87,20 @@ async def answer(source: LogSource, expr: m.Expr, steps: Steps) -> list[Series] 
     base = steps.start - node.offset_ns - node.range_ns
     last = steps.end - node.offset_ns
     buckets = ((steps.count - 1) * step + node.range_ns) // width
-    services = await source.services(node.query, base + 1, last)
+    minutes = None
+    if not node.query.stages:
+        # the log index has the counts when each of its (stream, minute) rows lies in one
+        # bucket: always when the buckets are whole minutes, else when no bucket's edge
+        # falls between a minute's first and last entry; then no row is read
+        minutes = await indexed.minutes(source, base + 1, last)
+        bucket = _bucket_of_minutes(minutes, base, width)
+        if bucket is not None:
+            grouped_counts = _sums(
+                minutes.append_column("bucket", bucket), node, labels, buckets, metadata=False
+            )
+            if grouped_counts is not None:
+                return _series(node, steps, step, width, *grouped_counts, source)
+    services = await source.services(node.query, base + 1, last, minutes)
     where = [
         f"timestamp >= '{_iso((base + 1) // 1000)}'", f"timestamp <= '{_iso(last // 1000)}'",
         *[p for p in pushed_filters(node.query, services) if not p.startswith("(strpos")],
@@ -103,18 +116,6 @@ async def answer(source: LogSource, expr: m.Expr, steps: Steps) -> list[Series] 
         f"body FROM logs WHERE {' AND '.join(where)}) AS rows "
         f"WHERE ts > {base} AND ts <= {last} GROUP BY 1, 2, 3, 4{', ' + keys if keys else ''}"
     )
-    if not node.query.stages:
-        # the log index has the counts when each of its (stream, minute) rows lies in one
-        # bucket: always when the buckets are whole minutes, else when no bucket's edge
-        # falls between a minute's first and last entry; then no row is read
-        table = await indexed.minutes(source, base + 1, last)
-        bucket = _bucket_of_minutes(table, base, width)
-        if bucket is not None:
-            grouped_counts = _sums(
-                table.append_column("bucket", bucket), node, labels, buckets, metadata=False
-            )
-            if grouped_counts is not None:
-                return _series(node, steps, step, width, *grouped_counts, source)
     table = await source.rows(text)
     grouped_counts = _sums(table, node, labels, buckets)
     if grouped_counts is None:

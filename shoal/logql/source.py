@@ -157,14 +157,16 @@ class LogSource:
         return pipeline.run(frame, query.stages if cut is None else query.stages[:cut])
 
     async def services(
-        self, query: m.LogQuery, start_ns: int, end_ns: int
+        self, query: m.LogQuery, start_ns: int, end_ns: int, minutes: pa.Table | None = None
     ) -> set[str | None] | None:
         """The ``service_name`` values of the streams in ``[start_ns, end_ns]`` that
-        ``query``'s selector selects, from the log index (no row read); None when the
+        ``query``'s selector selects, from the log index (no row read; ``minutes``: the
+        index's rows for the range, when the caller has read them); None when the
         selector is a pushed ``service_name`` alone or selects too many services to list."""
         if all(_pushed(matcher) for matcher in query.matchers):
             return None
-        minutes = await indexed.minutes(self, start_ns, end_ns)
+        if minutes is None:
+            minutes = await indexed.minutes(self, start_ns, end_ns)
         found = selection.services(minutes, query.matchers)
         return found if len(found) <= MAX_PUSHED_SERVICES else None
 
