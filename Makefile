@@ -53,7 +53,7 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(PYTEST) -m "not slow" $(PARALLEL)
 
-## The default suite without the Spark jobs (about half the time).
+## The default suite without the Spark jobs.
 test-fast: $(STAMP)
 	$(PYTEST) -m "not slow and not spark" $(PARALLEL)
 
