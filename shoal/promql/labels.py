@@ -14,6 +14,7 @@ import pyarrow as pa
 from shoal.promql import mapping
 from shoal.promql.mapping import MetricInfo
 from shoal.promql.model import LabelKey, Labels, key
+from shoal.storage.series import plain
 
 
 class SeriesRows:
@@ -22,7 +23,9 @@ class SeriesRows:
 
     def __init__(self, table: pa.Table, promote: tuple[str, ...] = ()) -> None:
         def column(name: str) -> list[Any]:
-            return table.column(name).to_pylist() if name in table.column_names else []
+            if name not in table.column_names:
+                return []
+            return list(plain(table.column(name)).to_pylist())
 
         self.names = column("metric_name")
         self.types = column("metric_type")
@@ -115,6 +118,6 @@ def series_label_sets(table: pa.Table, promote: tuple[str, ...] = ()) -> list[La
 
 def series_index(labels: pa.Table) -> dict[tuple[str, int], int]:
     """Each series' row, by (OTLP metric name, series id)."""
-    names = labels.column("metric_name").to_pylist()
+    names = plain(labels.column("metric_name")).to_pylist()
     sids = labels.column("series_id").to_pylist()
     return {(str(n), int(i)): row for row, (n, i) in enumerate(zip(names, sids, strict=True))}

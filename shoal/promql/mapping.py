@@ -16,9 +16,12 @@ from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from shoal.promql import columns
 from shoal.promql.model import LabelKey, Labels, Series
 from shoal.promql.model import key as label_key
+from shoal.storage.series import plain
 
 UNITS: dict[str, str] = {
     "d": "days",
@@ -250,7 +253,17 @@ def target_keys(table: pa.Table) -> list[tuple[str, str, str]]:
 def target_label_sets(resources: pa.Table) -> list[Labels]:
     """The ``target_info`` label set of each resource that has attributes beyond its identity."""
     out: dict[LabelKey, Labels] = {}
-    for raw in resources.column("resource_attributes").to_pylist():
+    maps = resources.column("resource_attributes")
+    # only the resources with such attributes are converted (most have none)
+    keys, values, rows = columns.entries(maps)
+    extra = pc.and_(
+        pc.invert(pc.is_in(plain(keys), value_set=pa.array(sorted(IDENTIFYING)))),
+        pc.not_equal(pc.fill_null(values, ""), ""),
+    )
+    chosen = np.unique(rows[np.asarray(extra, dtype=bool)])
+    if not len(chosen):
+        return []
+    for raw in plain(maps.take(pa.array(chosen))).to_pylist():
         labels = target_labels({str(a): str(b) for a, b in raw or []})
         if labels is not None:
             out.setdefault(label_key(labels), labels)

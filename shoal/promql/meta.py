@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.errors import PromQLError
+from shoal.promql import candidates, columns, mapping, tree
 from shoal.promql import labels as series_labels
-from shoal.promql import mapping, tree
 from shoal.promql.matchers import LabelMatcher, matches_all, select_metrics
 from shoal.promql.model import NAME, Labels, key
 from shoal.promql.output import seconds
@@ -85,18 +85,12 @@ async def series(
         if not names:
             continue
         table = await source.series(names, start_ms, end_ms)
-        label_sets = source.memo(
-            ("label sets", tuple(sorted(names))),
-            table,
-            functools.partial(series_labels.series_label_sets, table, source.promote),
-            per_series=True,
-        )
         matchers = tuple(sel.matchers)
         parts.append(
             source.memo(
                 ("matching label sets", tuple(sorted(names)), matchers),
                 table,
-                functools.partial(_matching, label_sets, matchers),
+                functools.partial(_matching, table, matchers, source.promote),
                 per_series=True,
             )
         )
@@ -114,7 +108,13 @@ def _sorted(label_sets: list[Labels]) -> list[Labels]:
     return sorted(label_sets, key=key)
 
 
-def _matching(label_sets: list[Labels], matchers: Sequence[LabelMatcher]) -> list[Labels]:
+def _matching(
+    table: pa.Table, matchers: Sequence[LabelMatcher], promote: tuple[str, ...]
+) -> list[Labels]:
+    """The label sets of the index rows ``table`` that ``matchers`` select, in order:
+    made only for the rows the matchers may select (:func:`candidates.narrow`)."""
+    rows = candidates.narrow(table, matchers, promote)
+    label_sets = series_labels.series_label_sets(rows, promote)
     return _sorted([labels for labels in label_sets if matches_all(labels, matchers)])
 
 
@@ -134,26 +134,15 @@ async def label_names(
     return sorted(names)
 
 
-def _keys_with_values(maps: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
-    """The keys and values of every entry of ``maps`` whose value is not empty."""
-    # a map's .keys/.items ignore a slice's offset: view the maps as lists of entries
-    entries = pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))
-    chunks = [chunk.cast(entries).flatten() for chunk in maps.chunks]
-    flat = pa.concat_arrays(chunks) if chunks else pa.array([], entries.value_type)
-    keys, values = flat.field("key"), flat.field("value")
-    keep = pc.not_equal(values, "")
-    return pc.filter(keys, keep), pc.filter(values, keep)
-
-
 def _all_label_names(table: pa.Table, resources: pa.Table, promote: tuple[str, ...]) -> set[str]:
     """The label names of every series of ``table`` (index rows) and every target_info,
     computed column-wise: the same set as the label sets of :func:`series` hold."""
     names: set[str] = set()
     if table.num_rows:
         names.add(NAME)
-        keys, _ = _keys_with_values(table.column("attributes"))
+        keys, _ = columns.keys_with_values(table.column("attributes"))
         names.update(mapping.label_name(str(k)) for k in pc.unique(keys).to_pylist())
-        r_keys, _ = _keys_with_values(table.column("resource_attributes"))
+        r_keys, _ = columns.keys_with_values(table.column("resource_attributes"))
         present = set(pc.unique(r_keys).to_pylist())
         names.update(
             mapping.label_name(k) for k in promote if k in present and k not in mapping.IDENTIFYING
@@ -225,7 +214,7 @@ def _all_label_values(
         mapping.label_name(k) == name for k in promote if k not in mapping.IDENTIFYING
     ):
         return None
-    keys, vals = _keys_with_values(table.column("attributes"))
+    keys, vals = columns.keys_with_values(table.column("attributes"))
     sources = [str(k) for k in pc.unique(keys).to_pylist() if mapping.label_name(str(k)) == name]
     if name in ("job", "instance", "le", "quantile"):
         if sources:
@@ -258,7 +247,7 @@ def _job_instance_values(table: pa.Table, name: str) -> set[str]:
     attrs = table.column("resource_attributes")
 
     def attr(key: str) -> pa.ChunkedArray:
-        return pc.fill_null(pc.map_lookup(attrs, key, "first"), "")
+        return columns.lookup(attrs, key)
 
     if name == "instance":
         return {str(v) for v in pc.unique(attr(mapping.SERVICE_INSTANCE_ID)).to_pylist() if v}

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.errors import PromQLError
+from shoal.promql import columns
 from shoal.promql.labels import SeriesRows
 from shoal.promql.mapping import MetricInfo, target_keys
 from shoal.promql.model import Series
@@ -220,11 +221,17 @@ class QuerySource:
     def memo(
         self, what: Hashable, series: pa.Table, compute: Callable[[], T], per_series: bool = False
     ) -> T:
+        """``compute()``, remembered while ``series`` (index rows) stay the same. A
+        ``per_series`` answer weighs a series for each label set it lists (a list), or
+        for each row of ``series`` (anything else)."""
         key = (self.tenant, self.promote, what, fingerprint(series))
         found, value = _ANSWERS.get(key)
         if not found:
             value = compute()
-            _ANSWERS.put(key, value, series.num_rows if per_series else 1)
+            weight = 1
+            if per_series:
+                weight = len(value) if isinstance(value, list) else series.num_rows
+            _ANSWERS.put(key, value, weight)
         answer: T = value
         return answer
 
@@ -242,11 +249,11 @@ class QuerySource:
         derived = self._derived_rows(start_ms, end_ms)
         if derived is not None and derived.num_rows:
             schema = series_index.index_schema(METRICS)
-            extra = series_index.summarize(derived, METRICS, schema)
-            found = pa.concat_tables([found.cast(schema), extra])
+            extra = series_index.hold(series_index.summarize(derived, METRICS, schema))
+            found = series_index.hold(pa.concat_tables([found, extra.cast(found.schema)]))
         if found.num_rows > self.service.limits.max_samples:
             raise _over_cap(self.service.limits.max_samples, "selects", "series")
-        verbatim = pc.equal(pc.fill_null(found.column("scope_name"), ""), REMOTE_WRITE_SCOPE)
+        verbatim = columns.among(found.column("scope_name"), [REMOTE_WRITE_SCOPE])
         found = self._found[start_ms, end_ms] = found.append_column("verbatim", verbatim)
         return found
 
@@ -306,8 +313,9 @@ class QuerySource:
     def _series_now(self, otlp_names: Sequence[str] | None, start_ms: int, end_ms: int) -> pa.Table:
         found = self._index_now(start_ms, end_ms)
         if otlp_names is not None:
-            wanted = pa.array(sorted(set(otlp_names)), pa.string())
-            found = found.filter(pc.is_in(found.column("metric_name"), value_set=wanted))
+            found = found.filter(
+                columns.among(found.column("metric_name"), sorted(set(otlp_names)))
+            )
         return found.select([*SERIES_COLUMNS.split(", "), "verbatim", "first_ns"])
 
     async def series(
@@ -375,22 +383,20 @@ class QuerySource:
 
 def _metrics(found: pa.Table) -> list[MetricInfo]:
     keys = [*CATALOG_KEYS, "verbatim"]
-    grouped = found.select([*keys, "metric_description"]).group_by(keys, use_threads=False)
-    table = grouped.aggregate([("metric_description", "max")])
-    out = []
-    for row in table.to_pylist():
-        out.append(
-            MetricInfo(
-                str(row["metric_name"]),
-                str(row["metric_type"]),
-                str(row["metric_unit"] or ""),
-                row["is_monotonic"],
-                row["aggregation_temporality"],
-                str(row["metric_description_max"] or ""),
-                bool(row["verbatim"]),
-            )
-        )
-    return out
+    # distinct descriptions too, then the greatest per metric: Arrow has no min/max of
+    # dictionary-encoded strings, and the index holds its strings so
+    distinct = found.select([*keys, "metric_description"]).group_by(
+        [*keys, "metric_description"], use_threads=False
+    )
+    described: dict[tuple[Any, ...], str] = {}
+    for row in distinct.aggregate([]).to_pylist():
+        k = tuple(row[name] for name in keys)
+        text = str(row["metric_description"] or "")
+        described[k] = max(described.get(k, text), text)
+    return [
+        MetricInfo(str(n), str(t), str(u or ""), mono, temporality, text, bool(verbatim))
+        for (n, t, u, mono, temporality, verbatim), text in described.items()
+    ]
 
 
 def _resources(found: pa.Table) -> pa.Table:
@@ -398,9 +404,9 @@ def _resources(found: pa.Table) -> pa.Table:
     attrs = found.column("resource_attributes")
     keys = pa.table(
         {
-            "s": pc.fill_null(found.column("service_name"), ""),
-            "ns": pc.fill_null(pc.map_lookup(attrs, "service.namespace", "first"), ""),
-            "iid": pc.fill_null(pc.map_lookup(attrs, "service.instance.id", "first"), ""),
+            "s": pc.fill_null(series_index.plain(found.column("service_name")), ""),
+            "ns": columns.lookup(attrs, "service.namespace"),
+            "iid": columns.lookup(attrs, "service.instance.id"),
             "row": pa.array(np.arange(found.num_rows, dtype=np.int64)),
         }
     )

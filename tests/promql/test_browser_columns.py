@@ -13,9 +13,12 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.promql import labels, mapping, meta
+from shoal.promql import candidates, columns, labels, mapping, meta
+from shoal.promql.matchers import LabelMatcher, matches_all
+from shoal.promql.model import key
 from shoal.promql.source import _resources
 from shoal.schema import METRICS_SCHEMA
+from shoal.storage import series as series_index
 
 KEYS = ["host", "http.method", "http_method", "le", "quantile", "job", "zone", "1st", "_x"]
 VALUES = ["", "a", "b", "GET", "0.5"]
@@ -87,18 +90,108 @@ def _index(rows: list[dict[str, object]]) -> pa.Table:
             "nothing",
         ]
     ),
+    held=st.booleans(),
 )
 def test_column_wise_answers_equal_the_label_sets(
-    rows: list[dict[str, object]], promote: tuple[str, ...], label: str
+    rows: list[dict[str, object]], promote: tuple[str, ...], label: str, held: bool
 ) -> None:
     table = _index(rows)
+    if held:  # as the series index hands its rows out: strings dictionary-encoded
+        table = series_index.hold(table)
     resources = _resources(table)
-    label_sets = labels.series_label_sets(table, promote) + mapping.target_label_sets(resources)
+    targets = mapping.target_label_sets(resources)
+    one_by_one: dict[object, dict[str, str]] = {}
+    for raw in resources.column("resource_attributes").to_pylist():
+        found = mapping.target_labels(dict(raw))
+        if found is not None:
+            one_by_one.setdefault(key(found), found)
+    assert targets == list(one_by_one.values())
+    label_sets = labels.series_label_sets(table, promote) + targets
     names = {name for labels in label_sets for name in labels}
     assert meta._all_label_names(table, resources, promote) == names
     values = meta._all_label_values(label, table, resources, promote)
     expected = {labels[label] for labels in label_sets if labels.get(label)}
     assert values is None or values == expected
+
+
+matchers = st.builds(
+    LabelMatcher,
+    name=st.sampled_from(["host", "http_method", "job", "instance", "zone", "region", "le"]),
+    op=st.sampled_from(["=", "!=", "=~", "!~"]),
+    value=st.sampled_from(["", "a", "b", "GET", "api", "shop/api", "eu", "a|b", ".+", "sh.*", ";"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(series_rows, max_size=12),
+    promote=st.sampled_from([(), ("region",), ("region", "team")]),
+    chosen=st.lists(matchers, min_size=1, max_size=3),
+    split=st.integers(0, 12),
+    held=st.booleans(),
+)
+def test_narrowing_keeps_every_row_whose_label_set_matches(
+    rows: list[dict[str, object]],
+    promote: tuple[str, ...],
+    chosen: list[LabelMatcher],
+    split: int,
+    held: bool,
+) -> None:
+    """Index rows narrowed column-wise give the label sets that testing every row's label
+    set gives (plain or dictionary-encoded, in chunks that are slices)."""
+    whole = _index(rows)
+    split = min(split, whole.num_rows)
+    parts = [whole.slice(0, split), whole.slice(split)]
+    if held:  # each part its own dictionaries
+        parts = [series_index.hold(part) for part in parts]
+    table = pa.concat_tables(parts)
+    every = [ls for ls in labels.series_label_sets(table, promote) if matches_all(ls, chosen)]
+    narrowed = candidates.narrow(table, chosen, promote)
+    assert narrowed.num_rows <= table.num_rows
+    assert meta._matching(table, chosen, promote) == sorted(every, key=key)
+
+
+def test_narrowing_reads_only_the_rows_holding_the_value() -> None:
+    rows = [
+        {"attributes": {"host": f"h{i % 10}"}, "resource": {"service.instance.id": f"i{i}"}}
+        for i in range(100)
+    ]
+    table = _index(
+        [
+            {"metric_name": "cpu", "metric_type": "gauge", "bounds": [], "quantiles": [], **r}
+            for r in rows
+        ]
+    )
+    one = candidates.narrow(table, [LabelMatcher("instance", "=", "i7")], ())
+    assert one.column("series_id").to_pylist() == [7]
+    some = candidates.narrow(table, [LabelMatcher("host", "=~", "h[12]")], ())
+    assert some.num_rows == 20
+    both = [LabelMatcher("host", "=", "h3"), LabelMatcher("instance", "=~", "i[0-9]3")]
+    assert candidates.narrow(table, both, ()).column("series_id").to_pylist() == list(
+        range(13, 100, 10)
+    )
+    unnarrowed = candidates.narrow(table, [LabelMatcher("host", "!=", "h1")], ())
+    assert unnarrowed.num_rows == 100  # an absent label matches: nothing to narrow on
+
+
+def test_a_label_that_two_attribute_keys_join_is_found_under_either_key() -> None:
+    attributes = [
+        {"http.method": "GET"},
+        {"http_method": "GET"},
+        {"http.method": "a", "http_method": "b"},
+    ]
+    table = _index(
+        [
+            {"metric_name": "cpu", "metric_type": "gauge", "bounds": [], "quantiles": [],
+             "attributes": a, "resource": {}}
+            for a in attributes
+        ]
+    )  # fmt: skip
+    get = [LabelMatcher("http_method", "=", "GET")]
+    assert [ls["http_method"] for ls in meta._matching(table, get, ())] == ["GET"]  # one set
+    assert candidates.narrow(table, get, ()).num_rows == 3  # joined: not narrowed
+    joined = meta._matching(table, [LabelMatcher("http_method", "=", "a;b")], ())
+    assert [ls["http_method"] for ls in joined] == ["a;b"]
 
 
 def test_remembered_answers_are_bounded_in_entries_and_in_series() -> None:
@@ -125,3 +218,34 @@ def test_the_fingerprint_moves_with_the_set_of_series_not_with_new_samples() -> 
     assert fingerprint(rows([2, 1], [20, 10], [99, 99])) == base  # later samples only
     assert fingerprint(rows([1, 2, 3], [10, 20, 5], [30, 40, 5])) != base  # a new series
     assert fingerprint(rows([1, 2], [9, 20], [30, 40])) != base  # an earlier first row
+
+
+def test_map_lookups_read_plain_and_encoded_maps_and_slices_alike() -> None:
+    maps = pa.array(
+        [[("a", "1"), ("b", "2")], [], [("b", "3"), ("b", "4")], [("a", "")], [("c", "5")]],
+        MAP,
+    )
+    whole = pa.table({"m": maps})
+    for table in (whole, series_index.hold(whole)):
+        column = table.column("m")
+        assert columns.lookup(column, "b").to_pylist() == ["2", "", "3", "", ""]
+        sliced = pa.chunked_array([column.chunk(0).slice(2, 3)])
+        assert columns.lookup(sliced, "b").to_pylist() == ["3", "", ""]
+        keys, values, rows = columns.entries(sliced)
+        assert keys.to_pylist() == ["b", "b", "a", "c"] and rows.tolist() == [0, 0, 1, 2]
+        assert values.to_pylist() == ["3", "4", "", "5"]
+        kept_keys, kept_values = columns.keys_with_values(sliced)
+        assert (kept_keys.to_pylist(), kept_values.to_pylist()) == (
+            ["b", "b", "c"],
+            ["3", "4", "5"],
+        )
+
+
+def test_among_reads_plain_and_encoded_strings_alike() -> None:
+    texts = pa.array(["a", None, "b", "c", "a"], pa.string())
+    encoded = pa.chunked_array(
+        [texts.slice(0, 2).dictionary_encode(), texts.slice(2).dictionary_encode()]
+    )
+    for column in (pa.chunked_array([texts]), encoded):
+        assert columns.among(column, ["a", "c"]).to_pylist() == [True, False, False, True, True]
+        assert columns.among(column, []).to_pylist() == [False] * 5

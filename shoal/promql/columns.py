@@ -1,0 +1,95 @@
+"""The attribute maps of series index rows, read column-wise.
+
+The index holds its maps with dictionary-encoded keys and values
+(:func:`shoal.storage.series.hold`), which Arrow's ``map_lookup`` does not take; these
+read plain and encoded maps alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shoal.storage.series import plain
+
+Rows = np.ndarray[Any, np.dtype[np.int64]]
+
+
+def _entry_list(maps: pa.Array) -> pa.ListArray:
+    """``maps`` viewed as lists of ``(key, value)`` structs (a map's ``.keys``/``.items``
+    ignore a slice's offset; the list view does not)."""
+    t = maps.type
+    entries = pa.struct([pa.field("key", t.key_type, False), ("value", t.item_type)])
+    return maps.cast(pa.list_(entries))
+
+
+def entries(maps: pa.ChunkedArray) -> tuple[pa.Array, pa.Array, Rows]:
+    """Every entry of ``maps``: its key, its value and its row (types kept)."""
+    t = maps.type
+    keys: list[pa.Array] = []
+    values: list[pa.Array] = []
+    rows: list[Rows] = []
+    offset = 0
+    for chunk in maps.chunks:
+        listed = _entry_list(chunk)
+        flat = listed.flatten()
+        keys.append(flat.field("key"))
+        values.append(flat.field("value"))
+        rows.append(np.asarray(pc.list_parent_indices(listed), dtype=np.int64) + offset)
+        offset += len(chunk)
+    if not keys:
+        return pa.array([], t.key_type), pa.array([], t.item_type), np.zeros(0, np.int64)
+    if len(keys) > 1 and pa.types.is_dictionary(t.key_type):
+        both = pa.table({"k": pa.chunked_array(keys), "v": pa.chunked_array(values)})
+        both = both.unify_dictionaries().combine_chunks()
+        return both.column("k").chunk(0), both.column("v").chunk(0), np.concatenate(rows)
+    return pa.concat_arrays(keys), pa.concat_arrays(values), np.concatenate(rows)
+
+
+def keys_with_values(maps: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
+    """The keys and values of every entry of ``maps`` whose value is not empty."""
+    keys, values, _ = entries(maps)
+    keep = pc.fill_null(pc.not_equal(values, ""), False)
+    return pc.filter(keys, keep), pc.filter(values, keep)
+
+
+def lookup(maps: pa.ChunkedArray, key: str) -> pa.ChunkedArray:
+    """Each row's first value under ``key`` in ``maps``, plain strings, ``""`` where it
+    has none."""
+    if not pa.types.is_dictionary(maps.type.key_type):
+        return pc.fill_null(pc.map_lookup(maps, key, "first"), "")
+    out = []
+    for chunk in maps.chunks:
+        listed = _entry_list(chunk)
+        flat = listed.flatten()
+        hit = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(flat.field("key"), key), False)))
+        rows = np.asarray(pc.list_parent_indices(listed), dtype=np.int64)[hit]
+        at = np.full(len(chunk), -1, dtype=np.int64)
+        at[rows[::-1]] = hit[::-1]  # the first entry of a row wins
+        taken = flat.field("value").take(pa.array(at, mask=at < 0))
+        out.append(plain(taken))
+    return pc.fill_null(pa.chunked_array(out, pa.string()), "")
+
+
+def among(column: pa.ChunkedArray, values: Sequence[str]) -> pa.ChunkedArray:
+    """Whether each row's string is one of ``values`` (null: False), tested once per
+    distinct string where the column is dictionary-encoded."""
+    chosen = pa.array(list(values), pa.string())
+    if not pa.types.is_dictionary(column.type):
+        return pc.fill_null(pc.is_in(column, value_set=chosen), False)
+    out = []
+    for chunk in column.chunks:
+        hit = np.asarray(pc.is_in(chunk.dictionary, value_set=chosen), dtype=bool)
+        codes = chunk.indices
+        if not len(hit):
+            picked = np.zeros(len(chunk), dtype=bool)
+        elif codes.null_count:
+            picked = hit[np.asarray(pc.fill_null(codes, 0))] & np.asarray(codes.is_valid())
+        else:
+            picked = hit[codes.to_numpy()]
+        out.append(pa.array(picked, pa.bool_()))
+    return pa.chunked_array(out, pa.bool_())
