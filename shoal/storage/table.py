@@ -74,6 +74,8 @@ class Table:
         self.bucket_s = bucket_s
         self.label = f"{tenant}/{spec.name}"
         self._metrics = metrics
+        self._background = background
+        """A long-lived process (the server): work that serves later reads runs in threads."""
         self.log = DeltaLog(
             tenant,
             place,
@@ -193,6 +195,8 @@ class Table:
         )
         if result is not None:
             faults.point("committed")
+            if self._background and self._series is not None:
+                self._series.keep_current(self.snapshot)
         return result
 
     def conform(self, data: pa.Table) -> pa.Table:
@@ -234,6 +238,11 @@ class Table:
         if self._series is None:
             raise StorageError(f"{self.label} keeps no series index")
         return self._series.read(snapshot, batches, start_ns, end_ns)
+
+    def settle(self) -> None:
+        """Wait for the series index checkpoint being written beside a read, if any."""
+        if self._series is not None:
+            self._series.settle()
 
     # -- lookup ------------------------------------------------------------------
 

@@ -63,7 +63,12 @@ def _actual(index: pa.Table) -> dict[int, tuple[int, int, str]]:
     return out
 
 
-def test_the_index_matches_the_rows_over_flushes_and_batches(store: TableStore) -> None:
+@pytest.mark.parametrize("group_rows", [1, 100_000])
+def test_the_index_matches_the_rows_over_flushes_and_batches(
+    store: TableStore, group_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether new files' summaries join the index one by one or all together."""
+    monkeypatch.setattr(series_mod, "_GROUP_ROWS", group_rows)
     rng = random.Random(7)
     table = store.open("t", "metrics", METRICS)
     parts = [_rows(rng, 400, BASE_US + i * HOUR_US // 2, HOUR_US, 60) for i in range(4)]
@@ -97,6 +102,7 @@ def test_summaries_and_checkpoints_carry_no_statistics_and_dictionaries_only_for
     for lsn in range(1, series_mod.CHECKPOINT_EVERY + 1):
         table.flush(_rows(rng, 100, BASE_US + lsn * HOUR_US, HOUR_US, 30), lsn)
     table.series(table.snapshot())
+    table.settle()  # the checkpoint is written beside the read
     written = [*(table.path / layout.SERIES_DIR).glob("hour=*.parquet")]
     written.append(table.path / series_mod.CHECKPOINT)
     for path in written:
@@ -120,6 +126,7 @@ def test_summaries_and_a_checkpoint_written_with_statistics_are_read_as_they_are
     for lsn, part in enumerate(parts[:n], start=1):
         table.flush(part, lsn)
     table.series(table.snapshot())
+    table.settle()
     for lsn, part in enumerate(parts[n:], start=n + 1):  # beyond the checkpoint
         table.flush(part, lsn)
     table.series(table.snapshot())
@@ -160,6 +167,7 @@ def test_a_restart_reads_the_checkpoint_not_every_summary(tmp_path: Path) -> Non
     for lsn, part in enumerate(parts, start=1):
         table.flush(part, lsn)
     table.series(table.snapshot())
+    table.settle()
     assert (table.path / series_mod.CHECKPOINT).exists()
     for summary in (table.path / layout.SERIES_DIR).glob("hour=*.parquet"):
         summary.unlink()  # the checkpoint covers every file: none is read again
@@ -260,3 +268,21 @@ def test_reduce_keeps_the_earliest_row_and_the_latest_time_per_key(
     out = series_mod.reduce(table, "series_id")
     assert out.schema == table.schema
     assert out.to_pylist() == [expected[k] for k in sorted(expected)]
+
+
+def test_a_server_table_merges_its_flushes_into_the_index_before_a_query_asks(
+    tmp_path: Path,
+) -> None:
+    """In the server (a table opened for background work) each flush's series join the
+    index in a thread of their own: the next read finds them merged."""
+    rng = random.Random(12)
+    store = TableStore(tmp_path / "data", background=True)
+    table = store.open("t", "metrics", METRICS)
+    parts = [_rows(rng, 200, BASE_US + i * HOUR_US, HOUR_US, 30) for i in range(3)]
+    for lsn, part in enumerate(parts, start=1):
+        table.flush(part, lsn)
+    table.settle()
+    for summary in (table.path / layout.SERIES_DIR).glob("hour=*.parquet"):
+        summary.unlink()  # merged already: none is read again
+    assert _actual(table.series(table.snapshot())) == _expected(pa.concat_tables(parts))
+    assert not list((table.path / layout.SERIES_DIR).glob("hour=*.parquet"))
