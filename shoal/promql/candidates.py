@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from shoal.promql import columns, mapping
 from shoal.promql.matchers import LabelMatcher
 from shoal.promql.model import NAME
-from shoal.storage.series import plain
+from shoal.storage.series_rows import plain
 
 _NOT_NARROWED = frozenset({NAME, "le", "quantile"})
 

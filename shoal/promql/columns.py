@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shoal.storage.series import plain
+from shoal.storage.series_rows import plain
 
 Rows = np.ndarray[Any, np.dtype[np.int64]]
 

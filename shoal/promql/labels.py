@@ -14,7 +14,7 @@ import pyarrow as pa
 from shoal.promql import mapping
 from shoal.promql.mapping import MetricInfo
 from shoal.promql.model import LabelKey, Labels, key
-from shoal.storage.series import plain
+from shoal.storage.series_rows import plain
 
 
 class SeriesRows:

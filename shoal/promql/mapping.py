@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from shoal.promql import columns
 from shoal.promql.model import LabelKey, Labels, Series
 from shoal.promql.model import key as label_key
-from shoal.storage.series import plain
+from shoal.storage.series_rows import plain
 
 UNITS: dict[str, str] = {
     "d": "days",

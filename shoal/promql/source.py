@@ -31,7 +31,7 @@ from shoal.promql.model import Series
 from shoal.promql.series import to_series
 from shoal.schema import METRICS, REMOTE_WRITE_SCOPE
 from shoal.sql.service import QueryService
-from shoal.storage import series as series_index
+from shoal.storage import series_rows as series_index
 from shoal.storage.reader import TenantReader
 
 SAMPLE_KEYS = ("metric_name", "series_id", "time_unix_nano", "start_time_unix_nano", "flags")

@@ -21,12 +21,12 @@ changes nothing. Entries of series whose rows all left the table (retention)
 are dropped when files leave it. Everything here is derived data: a missing or
 unreadable summary or checkpoint is rebuilt from the data files.
 
-In memory the index holds its strings dictionary-encoded (metric names, types, scopes,
-and the keys and values of the attribute maps; :func:`hold`): a fleet's series repeat a
-few names and resources, and the encoded index takes about half the bytes (93 bytes a
-series of remote write against 193, measured at 868,000 series). :meth:`SeriesIndex.read`
-hands it out so; :func:`plain` decodes a column for the readers that convert rows to
-Python. Summaries and checkpoints on disk keep the plain types.
+In memory the index holds its strings dictionary-encoded, about half the bytes
+(:mod:`shoal.storage.series_rows`, where the rows' columns and merging live), and
+:meth:`SeriesIndex.read` hands them out so. Summaries and checkpoints on disk keep the
+plain types. In the server each flush's files are merged right after their commit
+(:meth:`SeriesIndex.keep_current`), and checkpoints are written in a thread of their
+own, so queries find the index current and do not wait for its writing.
 
 Its memory is bounded with every other table's index by a
 :class:`~shoal.storage.series_budget.SeriesBudget` (``series_index_bytes``): over it, the
@@ -41,9 +41,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -51,13 +49,22 @@ from shoal.schema import TableSpec
 from shoal.storage import layout
 from shoal.storage.place import Place
 from shoal.storage.series_budget import SeriesBudget, evict
+from shoal.storage.series_rows import (
+    LAST,
+    hold,
+    index_schema,
+    ints,
+    overlay,
+    plain_type,
+    reduce,
+    summarize,
+    within,
+)
 from shoal.storage.types import ScanFile, TableSnapshot
 from shoal.storage.unflushed import LsnBatch
 
 logger = logging.getLogger(__name__)
 
-FIRST = "first_ns"
-LAST = "last_ns"
 CHECKPOINT = f"{layout.SERIES_DIR}/index.parquet"
 _COVERED = b"shoal.covered"
 _FLOOR = b"shoal.floor"
@@ -66,141 +73,15 @@ _REMEMBERED = 256
 _REMEMBERED_BYTES = 16 << 20
 """...and at most these bytes of them (large unique attribute values must not stay
 pinned after their flush)."""
+_LIGHT_ROW_BYTES = 4096
+"""Summary bytes per series above which a merge after a flush leaves a file to queries
+(remote write's series take about 200)."""
 _GROUP_ROWS = 100_000
 """Summary rows merged into the index at once, at the least (see ``_add_files``)."""
 CHECKPOINT_EVERY = 8
-"""Files merged since the last checkpoint before another is written."""
-
-I64 = np.ndarray[Any, np.dtype[np.int64]]
-
-
-def index_schema(spec: TableSpec) -> pa.Schema:
-    """The index's columns: the series key, the describing columns, first and last time."""
-    fields = [spec.schema.field(c) for c in (spec.series_columns[0], *spec.index_columns)]
-    return pa.schema(
-        [*fields, pa.field(FIRST, pa.int64(), nullable=False), pa.field(LAST, pa.int64(), False)]
-    )
-
-
-_TEXT = pa.dictionary(pa.int32(), pa.string())
 _SLICE = 65_536
 """Rows decoded at a time when a checkpoint is written."""
-
-
-def _held_type(t: pa.DataType) -> pa.DataType:
-    if t == pa.string():
-        return _TEXT
-    if pa.types.is_map(t) and t.key_type == pa.string() and t.item_type == pa.string():
-        return pa.map_(_TEXT, _TEXT)
-    return t
-
-
-def _plain_type(t: pa.DataType) -> pa.DataType:
-    if t == _TEXT:
-        return pa.string()
-    if pa.types.is_map(t) and t.key_type == _TEXT and t.item_type == _TEXT:
-        return pa.map_(pa.string(), pa.string())
-    return t
-
-
-def held_schema(schema: pa.Schema) -> pa.Schema:
-    """``schema`` as the index holds it in memory: strings dictionary-encoded."""
-    return pa.schema([pa.field(f.name, _held_type(f.type), f.nullable) for f in schema])
-
-
-def hold(table: pa.Table) -> pa.Table:
-    """``table`` (index rows) as the index holds them: strings dictionary-encoded, one
-    chunk, one dictionary per column."""
-    held = held_schema(table.schema)
-    if table.schema.equals(held) and all(c.num_chunks <= 1 for c in table.columns):
-        return table  # already so
-    return table.cast(held).unify_dictionaries().combine_chunks()
-
-
-def plain(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    """A column of index rows with its strings decoded (converting dictionary-encoded
-    strings to Python one by one is about 15 times slower than plain ones)."""
-    wanted = _plain_type(column.type)
-    return column if wanted == column.type else column.cast(wanted)
-
-
-def _ints(table: pa.Table, name: str) -> I64:
-    column = table.column(name)
-    chunk = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    return np.asarray(chunk.to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
-def _with_last(table: pa.Table, last: I64) -> pa.Table:
-    i = table.schema.get_field_index(LAST)
-    return table.set_column(i, table.schema.field(i), pa.array(last, pa.int64()))
-
-
-def reduce(table: pa.Table, key: str) -> pa.Table:
-    """One row per ``key``, sorted by it: the columns of its earliest row, the earliest
-    first time and the latest last time."""
-    if table.num_rows == 0:
-        return table
-    keys, first, last = _ints(table, key), _ints(table, FIRST), _ints(table, LAST)
-    grouped = _grouped(keys, first, last)
-    if grouped is not None:
-        rows, latest = grouped
-        return _with_last(table.take(pa.array(rows)), latest)
-    order = np.lexsort((first, keys))
-    sorted_keys = keys[order]
-    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-    out = table.take(pa.array(order[starts]))
-    latest = np.maximum.reduceat(last[order], starts)
-    return _with_last(out, latest)
-
-
-def _grouped(keys: I64, first: I64, last: I64) -> tuple[I64, I64] | None:
-    """What :func:`reduce` picks, worked out without sorting every row, when the rows
-    already come as one run per key with first times that never go back within a run
-    (a flushed file's rows, sorted by series and time); else None.
-
-    Then each run's first row is its earliest (the first of equals, as the stable sort
-    picks), and only the runs are sorted by key. Returns the rows to take, in key
-    order, and the latest last time of each."""
-    change = keys[1:] != keys[:-1]
-    if not bool(np.all(change | (first[1:] >= first[:-1]))):
-        return None
-    starts = np.flatnonzero(np.r_[True, change])
-    by_key = np.argsort(keys[starts], kind="stable")
-    run_keys = keys[starts][by_key]
-    if bool(np.any(run_keys[1:] == run_keys[:-1])):
-        return None  # a key in more than one run
-    return starts[by_key], np.maximum.reduceat(last, starts)[by_key]
-
-
-def summarize(rows: pa.Table | pa.RecordBatch, spec: TableSpec, schema: pa.Schema) -> pa.Table:
-    """The index rows of ``rows`` (a table's rows, any order)."""
-    table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
-    time = table.column(spec.index_time_column)
-    columns = [table.column(name) for name in schema.names[:-2]]
-    out = pa.Table.from_arrays([*columns, time, time], schema=schema)
-    return reduce(out, spec.series_columns[0])
-
-
-def overlay(base: pa.Table, extra: pa.Table, key: str) -> pa.Table:
-    """``base`` and ``extra`` (both reduced) merged; cheap when ``extra`` only moves
-    the last times of series ``base`` already has. ``extra`` may be plain where ``base``
-    is held (:func:`hold`): it is encoded only when its rows join."""
-    if extra.num_rows == 0:
-        return base
-    if base.num_rows == 0:
-        return extra
-    base_keys, extra_keys = _ints(base, key), _ints(extra, key)
-    pos = np.searchsorted(base_keys, extra_keys).clip(max=len(base_keys) - 1)
-    known = bool((base_keys[pos] == extra_keys).all())
-    if not known or bool((_ints(extra, FIRST) < _ints(base, FIRST)[pos]).any()):
-        # a new series, or an earlier row of a known one (whose labels then come first);
-        # only here do extra's other columns matter (held or plain, as base is)
-        if not extra.schema.equals(base.schema):
-            extra = extra.cast(base.schema)
-        return reduce(pa.concat_tables([base, extra]), key)
-    last = _ints(base, LAST).copy()
-    np.maximum.at(last, pos, _ints(extra, LAST))
-    return _with_last(base, last)
+"""Files merged since the last checkpoint before another is written."""
 
 
 def _save(
@@ -211,7 +92,7 @@ def _save(
     Summaries and checkpoints are always read whole, so they carry no statistics, and
     only their strings are dictionary-encoded: a flush's summary of 16,000 series is
     written in 12 ms instead of 15, and 11% smaller (docs/benchmarks.md)."""
-    schema = pa.schema([pa.field(f.name, _plain_type(f.type), f.nullable) for f in table.schema])
+    schema = pa.schema([pa.field(f.name, plain_type(f.type), f.nullable) for f in table.schema])
     if metadata:
         schema = schema.with_metadata(metadata)
     sink = pa.BufferOutputStream()
@@ -234,18 +115,6 @@ def write_summary(place: Place, spec: TableSpec, rel: str, rows: pa.Table) -> pa
     summary = summarize(rows, spec, index_schema(spec))
     _save(place, layout.series_path(rel), summary)
     return summary
-
-
-def within(table: pa.Table, start_ns: int | None, end_ns: int | None) -> pa.Table:
-    """The rows of an index table seen in ``[start_ns, end_ns]`` (both ends included)."""
-    if start_ns is None and end_ns is None:
-        return table
-    keep = np.ones(table.num_rows, dtype=bool)
-    if end_ns is not None:
-        keep &= _ints(table, FIRST) <= end_ns
-    if start_ns is not None:
-        keep &= _ints(table, LAST) >= start_ns
-    return table if keep.all() else table.filter(pa.array(keep))
 
 
 def _read(place: Place, rel: str) -> pa.Table:
@@ -279,6 +148,8 @@ class SeriesIndex:
         self._current_lock = threading.Lock()
         self._current_wanted = self._current_running = False
         self._current: threading.Thread | None = None
+        self._heavy: set[str] = set()
+        """Files whose series carry large values, left by those merges to queries."""
         self._written_lock = threading.Lock()
         self._written: collections.OrderedDict[str, pa.Table] = collections.OrderedDict()
         self._written_bytes = 0
@@ -340,33 +211,54 @@ class SeriesIndex:
         self._floor = None
         return hold(self.schema.empty_table())
 
-    def _add_files(self, table: pa.Table, files: Sequence[ScanFile]) -> pa.Table:
+    def _add_files(self, table: pa.Table, files: Sequence[ScanFile], light: bool) -> pa.Table:
         if files == self._files:
             return table
-        self._files = tuple(files)
         current = {self.place.rel(f.path): f for f in files}
         if self._covered - current.keys():
             # files left the table (compaction, retention): forget series older than any row left
             floor = min((f.min_time_us for f in files), default=None)
             self._covered &= current.keys()
+            self._heavy &= current.keys()
             if floor is not None and table.num_rows:
-                keep = _ints(table, LAST) >= floor * 1000
+                keep = ints(table, LAST) >= floor * 1000
                 table = table.filter(pa.array(keep)) if not keep.all() else table
         # new files' summaries are merged a group at a time, each group at least as many
         # rows as the index: a series new in many files (a first read after a load) would
         # otherwise cost a copy of the whole index per file
         group: list[pa.Table] = []
         rows = 0
+        skipped = False
         for rel, file in sorted(current.items()):
             if rel in self._covered:
                 continue
-            group.append(self._summary_of(file))
-            rows += group[-1].num_rows
+            if light and (rel in self._heavy or self._is_heavy(rel)):
+                self._heavy.add(rel)
+                skipped = True  # left to the query that needs it (see keep_current)
+                continue
+            summary = self._summary_of(file)
+            group.append(summary)
+            rows += summary.num_rows
             self._covered.add(rel)
             self._unsaved += 1
             if rows >= max(table.num_rows, _GROUP_ROWS):
                 table, group, rows = self._merge(table, group), [], 0
+        self._files = () if skipped else tuple(files)
         return self._merge(table, group) if group else table
+
+    def _is_heavy(self, rel: str) -> bool:
+        """Whether the summary of data file ``rel`` holds over ``_LIGHT_ROW_BYTES`` a series,
+        told by its footer (uncompressed sizes) without reading its columns."""
+        with self._written_lock:
+            written = self._written.get(rel)
+        if written is not None:
+            return bool(written.nbytes > _LIGHT_ROW_BYTES * max(1, written.num_rows))
+        try:
+            meta = pq.read_metadata(pa.BufferReader(self.place.read(layout.series_path(rel))))
+        except (OSError, pa.ArrowException, ValueError):
+            return False  # none or damaged: summarised again when merged
+        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        return bool(size > _LIGHT_ROW_BYTES * max(1, meta.num_rows))
 
     def _merge(self, table: pa.Table, summaries: list[pa.Table]) -> pa.Table:
         if len(summaries) > 1:
@@ -388,13 +280,15 @@ class SeriesIndex:
         batches: Sequence[LsnBatch],
         start_ns: int | None = None,
         end_ns: int | None = None,
+        light: bool = False,
     ) -> pa.Table:
         """Every series of ``snapshot``'s files and of ``batches`` seen in
         ``[start_ns, end_ns]`` (both ends included), one row each, its strings
-        dictionary-encoded (:func:`hold`)."""
+        dictionary-encoded (:func:`hold`). ``light``: leave out files whose series
+        carry large values (``_LIGHT_ROW_BYTES``), for a later read to merge."""
         with self._lock:
             table = self._table if self._table is not None else self._load()
-            table = self._add_files(table, snapshot.files)
+            table = self._add_files(table, snapshot.files, light)
             table = self._add_batches(table, batches)
             table = self._bound(hold(table))
             self._table = table
@@ -473,7 +367,9 @@ class SeriesIndex:
         """Merge the files of ``snapshot()`` (called after a flush commits) in a thread of
         its own, so that the next query finds them merged: the first metric-browser call
         after a load of a million new series took 3.8 s merging them. One merge at a time;
-        a flush during one is taken by its next round."""
+        a flush during one is taken by its next round. Files whose series carry large
+        values (unique kilobytes of attributes) are left to the query that asks: merged
+        in the background, nobody asking, their copies would swell the process."""
         with self._current_lock:
             self._current_wanted = True
             if self._current_running:
@@ -492,7 +388,7 @@ class SeriesIndex:
                     return
                 self._current_wanted = False
             try:
-                self.read(snapshot(), ())
+                self.read(snapshot(), (), light=True)
             except Exception as exc:  # derived data: the next query merges them instead
                 logger.debug("%s: series index not brought up to date: %s", self.label, exc)
 

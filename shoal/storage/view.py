@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from shoal.errors import QueryError, StorageError, TableNotFoundError
 from shoal.schema import SIGNAL_TABLES
-from shoal.storage import series as index
+from shoal.storage import series_rows as index
 from shoal.storage.types import ScanFile, TableSnapshot
 from shoal.storage.unflushed import LsnBatch, UnflushedSource
 

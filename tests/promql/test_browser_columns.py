@@ -18,7 +18,7 @@ from shoal.promql.matchers import LabelMatcher, matches_all
 from shoal.promql.model import key
 from shoal.promql.source import _resources
 from shoal.schema import METRICS_SCHEMA
-from shoal.storage import series as series_index
+from shoal.storage import series_rows as series_index
 
 KEYS = ["host", "http.method", "http_method", "le", "quantile", "job", "zone", "1st", "_x"]
 VALUES = ["", "a", "b", "GET", "0.5"]

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shoal.schema import METRICS
-from shoal.storage import layout
+from shoal.storage import layout, series_rows
 from shoal.storage import series as series_mod
 from shoal.storage.commit import Commit
 from shoal.storage.store import TableStore
@@ -249,23 +249,23 @@ def test_reduce_keeps_the_earliest_row_and_the_latest_time_per_key(
         {
             "series_id": pa.array(key, pa.int64()),
             "row": pa.array(range(len(entries)), pa.int64()),
-            series_mod.FIRST: pa.array(first, pa.int64()),
-            series_mod.LAST: pa.array(last, pa.int64()),
+            series_rows.FIRST: pa.array(first, pa.int64()),
+            series_rows.LAST: pa.array(last, pa.int64()),
         }
     )
     expected: dict[int, dict[str, int]] = {}
     for row, (k, f, la) in enumerate(entries):
         seen = expected.get(k)
-        if seen is None or f < seen[series_mod.FIRST]:
+        if seen is None or f < seen[series_rows.FIRST]:
             expected[k] = {
                 "series_id": k,
                 "row": row,
-                series_mod.FIRST: f,
-                series_mod.LAST: max(la, seen[series_mod.LAST] if seen else la),
+                series_rows.FIRST: f,
+                series_rows.LAST: max(la, seen[series_rows.LAST] if seen else la),
             }
         else:
-            seen[series_mod.LAST] = max(seen[series_mod.LAST], la)
-    out = series_mod.reduce(table, "series_id")
+            seen[series_rows.LAST] = max(seen[series_rows.LAST], la)
+    out = series_rows.reduce(table, "series_id")
     assert out.schema == table.schema
     assert out.to_pylist() == [expected[k] for k in sorted(expected)]
 
