@@ -149,6 +149,8 @@ class SeriesIndex:
         self._current_wanted = self._current_running = False
         self._current: threading.Thread | None = None
         self._heavy: set[str] = set()
+        self._fetched: dict[str, pa.Table] = {}
+        """Summaries read for the merge after a flush, before it takes the lock."""
         """Files whose series carry large values, left by those merges to queries."""
         self._written_lock = threading.Lock()
         self._written: collections.OrderedDict[str, pa.Table] = collections.OrderedDict()
@@ -171,9 +173,12 @@ class SeriesIndex:
     def _summary_of(self, file: ScanFile) -> pa.Table:
         rel = self.place.rel(file.path)
         with self._written_lock:
+            fetched = self._fetched.pop(rel, None)
             written = self._written.pop(rel, None)
             if written is not None:
                 self._written_bytes -= written.nbytes
+        if fetched is not None:
+            return fetched
         if written is not None:
             return written
         path = layout.series_path(rel)
@@ -232,7 +237,7 @@ class SeriesIndex:
         for rel, file in sorted(current.items()):
             if rel in self._covered:
                 continue
-            if light and (rel in self._heavy or self._is_heavy(rel)):
+            if light and rel not in self._fetched and (rel in self._heavy or self._is_heavy(rel)):
                 self._heavy.add(rel)
                 skipped = True  # left to the query that needs it (see keep_current)
                 continue
@@ -388,9 +393,29 @@ class SeriesIndex:
                     return
                 self._current_wanted = False
             try:
-                self.read(snapshot(), (), light=True)
+                current = snapshot()
+                self._fetch(current.files)
+                self.read(current, (), light=True)
             except Exception as exc:  # derived data: the next query merges them instead
                 logger.debug("%s: series index not brought up to date: %s", self.label, exc)
+            finally:
+                with self._written_lock:
+                    self._fetched.clear()
+
+    def _fetch(self, files: Sequence[ScanFile]) -> None:
+        """Read the summaries of ``files`` not merged yet, not holding the index's lock, so
+        that a query waits only for the merge itself (at a million series a flush's
+        summaries take longer to read than to merge)."""
+        with self._lock:
+            wanted = [f for f in files if self.place.rel(f.path) not in self._covered]
+        for file in wanted:
+            rel = self.place.rel(file.path)
+            if rel in self._heavy or self._is_heavy(rel):
+                self._heavy.add(rel)
+                continue
+            summary = self._summary_of(file)
+            with self._written_lock:
+                self._fetched[rel] = summary
 
     def settle(self) -> None:
         """Wait until the merge after a flush and the checkpoint being written, if any,
