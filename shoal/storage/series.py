@@ -41,6 +41,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -120,6 +121,21 @@ def write_summary(place: Place, spec: TableSpec, rel: str, rows: pa.Table) -> pa
 def _read(place: Place, rel: str) -> pa.Table:
     """A summary or checkpoint, read whole (FileNotFoundError when there is none)."""
     return pq.read_table(pa.BufferReader(place.read(rel)))
+
+
+def _thread(
+    target: Callable[..., None], args: tuple[Any, ...], name: str
+) -> threading.Thread | None:
+    """``target(*args)`` started in a thread of its own, or None when the interpreter is
+    shutting down. Not a daemon: the process waits for it at exit, since a daemon thread
+    still inside Arrow when the interpreter is torn down aborts the process (a SIGTERM's
+    final flush starts a merge)."""
+    thread = threading.Thread(target=target, args=args, name=name)
+    try:
+        thread.start()
+    except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        return None
+    return thread
 
 
 class SeriesIndex:
@@ -353,14 +369,12 @@ class SeriesIndex:
         metadata = {_COVERED: json.dumps(sorted(self._covered)).encode()}
         if self._floor is not None:
             metadata[_FLOOR] = str(self._floor).encode()
-        self._unsaved = 0
-        self._saving = threading.Thread(
-            target=self._save_checkpoint,
-            args=(table, metadata),
-            name=f"series-checkpoint {self.label}",
-            daemon=True,  # derived data: a checkpoint cut short is simply not there
+        saving = _thread(
+            self._save_checkpoint, (table, metadata), f"series-checkpoint {self.label}"
         )
-        self._saving.start()
+        if saving is not None:
+            self._unsaved = 0
+            self._saving = saving
 
     def _save_checkpoint(self, table: pa.Table, metadata: dict[bytes, bytes]) -> None:
         try:
@@ -380,10 +394,12 @@ class SeriesIndex:
             if self._current_running:
                 return
             self._current_running = True
-        self._current = threading.Thread(
-            target=self._keep_current, args=(snapshot,), name=f"series {self.label}", daemon=True
-        )
-        self._current.start()
+        current = _thread(self._keep_current, (snapshot,), f"series {self.label}")
+        if current is None:
+            with self._current_lock:
+                self._current_running = False
+        else:
+            self._current = current
 
     def _keep_current(self, snapshot: Callable[[], TableSnapshot]) -> None:
         while True:
