@@ -1,7 +1,7 @@
 """The attribute maps of series index rows, read column-wise.
 
 The index holds its maps with dictionary-encoded keys and values
-(:func:`shoal.storage.series.hold`), which Arrow's ``map_lookup`` does not take; these
+(:func:`shoal.storage.series_rows.hold`), which Arrow's ``map_lookup`` does not take; these
 read plain and encoded maps alike.
 """
 
@@ -27,6 +27,14 @@ def _entry_list(maps: pa.Array) -> pa.ListArray:
     return maps.cast(pa.list_(entries))
 
 
+def _chunk_entries(chunk: pa.Array) -> tuple[pa.Array, pa.Array, Rows]:
+    """Every entry of one chunk of maps: its key, its value and its row in the chunk."""
+    listed = _entry_list(chunk)
+    flat = listed.flatten()
+    rows = np.asarray(pc.list_parent_indices(listed), dtype=np.int64)
+    return flat.field("key"), flat.field("value"), rows
+
+
 def entries(maps: pa.ChunkedArray) -> tuple[pa.Array, pa.Array, Rows]:
     """Every entry of ``maps``: its key, its value and its row (types kept)."""
     t = maps.type
@@ -35,11 +43,10 @@ def entries(maps: pa.ChunkedArray) -> tuple[pa.Array, pa.Array, Rows]:
     rows: list[Rows] = []
     offset = 0
     for chunk in maps.chunks:
-        listed = _entry_list(chunk)
-        flat = listed.flatten()
-        keys.append(flat.field("key"))
-        values.append(flat.field("value"))
-        rows.append(np.asarray(pc.list_parent_indices(listed), dtype=np.int64) + offset)
+        k, v, r = _chunk_entries(chunk)
+        keys.append(k)
+        values.append(v)
+        rows.append(r + offset)
         offset += len(chunk)
     if not keys:
         return pa.array([], t.key_type), pa.array([], t.item_type), np.zeros(0, np.int64)
@@ -64,14 +71,11 @@ def lookup(maps: pa.ChunkedArray, key: str) -> pa.ChunkedArray:
         return pc.fill_null(pc.map_lookup(maps, key, "first"), "")
     out = []
     for chunk in maps.chunks:
-        listed = _entry_list(chunk)
-        flat = listed.flatten()
-        hit = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(flat.field("key"), key), False)))
-        rows = np.asarray(pc.list_parent_indices(listed), dtype=np.int64)[hit]
+        keys, values, rows = _chunk_entries(chunk)
+        hit = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(keys, key), False)))
         at = np.full(len(chunk), -1, dtype=np.int64)
-        at[rows[::-1]] = hit[::-1]  # the first entry of a row wins
-        taken = flat.field("value").take(pa.array(at, mask=at < 0))
-        out.append(plain(taken))
+        at[rows[hit][::-1]] = hit[::-1]  # the first entry of a row wins
+        out.append(plain(values.take(pa.array(at, mask=at < 0))))
     return pc.fill_null(pa.chunked_array(out, pa.string()), "")
 
 

@@ -165,9 +165,9 @@ class SeriesIndex:
         self._current_wanted = self._current_running = False
         self._current: threading.Thread | None = None
         self._heavy: set[str] = set()
+        """Files whose series carry large values, left by those merges to queries."""
         self._fetched: dict[str, pa.Table] = {}
         """Summaries read for the merge after a flush, before it takes the lock."""
-        """Files whose series carry large values, left by those merges to queries."""
         self._written_lock = threading.Lock()
         self._written: collections.OrderedDict[str, pa.Table] = collections.OrderedDict()
         self._written_bytes = 0
@@ -253,8 +253,7 @@ class SeriesIndex:
         for rel, file in sorted(current.items()):
             if rel in self._covered:
                 continue
-            if light and rel not in self._fetched and (rel in self._heavy or self._is_heavy(rel)):
-                self._heavy.add(rel)
+            if light and rel in self._heavy:  # told by _fetch, just before
                 skipped = True  # left to the query that needs it (see keep_current)
                 continue
             summary = self._summary_of(file)
@@ -305,8 +304,8 @@ class SeriesIndex:
     ) -> pa.Table:
         """Every series of ``snapshot``'s files and of ``batches`` seen in
         ``[start_ns, end_ns]`` (both ends included), one row each, its strings
-        dictionary-encoded (:func:`hold`). ``light``: leave out files whose series
-        carry large values (``_LIGHT_ROW_BYTES``), for a later read to merge."""
+        dictionary-encoded (:func:`hold`). ``light``: leave out the files found to carry
+        large values (``_LIGHT_ROW_BYTES``, :meth:`_fetch`), for a later read to merge."""
         with self._lock:
             table = self._table if self._table is not None else self._load()
             table = self._add_files(table, snapshot.files, light)
