@@ -59,7 +59,7 @@ async def series(
     if not matches:
         table, resources = await _every_series(source, start_ms, end_ms)
         return list(
-            source.memo(
+            await source.amemo(
                 "sorted label sets",
                 table,
                 lambda: _sorted(
@@ -87,7 +87,7 @@ async def series(
         table = await source.series(names, start_ms, end_ms)
         matchers = tuple(sel.matchers)
         parts.append(
-            source.memo(
+            await source.amemo(
                 ("matching label sets", tuple(sorted(names)), matchers),
                 table,
                 functools.partial(_matching, table, matchers, source.promote),

@@ -15,6 +15,7 @@ import asyncio
 import collections
 import dataclasses
 import datetime as dt
+import functools
 import threading
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -234,6 +235,16 @@ class QuerySource:
             _ANSWERS.put(key, value, weight)
         answer: T = value
         return answer
+
+    async def amemo(
+        self, what: Hashable, series: pa.Table, compute: Callable[[], T], per_series: bool = False
+    ) -> T:
+        """:meth:`memo` in a worker thread: for answers whose working out tests matchers
+        over many rows, which must not hold up the event loop (other requests, other
+        tenants) meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(self.memo, what, series, compute, per_series)
+        )
 
     def _index_now(self, start_ms: int, end_ms: int) -> pa.Table:
         """The tenant's metric series seen in the range (the series index, no SQL); one

@@ -177,6 +177,8 @@ def test_another_tenant_is_answered_meanwhile(server: tuple[str, dict[str, str]]
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         running = [
             pool.submit(_get, url, tokens["noisy"], "/api/v1/query", {"query": q}) for q in noisy
+        ] + [  # the metric browser's selectors too (their matchers narrow the index rows)
+            pool.submit(_get, url, tokens["noisy"], "/api/v1/series", {"match[]": q}) for q in noisy
         ]
         quiet = [
             _get(url, tokens["quiet"], "/api/v1/query", {"query": "sum(plain)"}) for _ in range(5)
