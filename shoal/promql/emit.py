@@ -18,15 +18,24 @@ from shoal.promql.model import LabelKey, Labels, Series
 
 
 class Collector:
+    """Joins the series that several OTLP series map onto one label set."""
+
     def __init__(self) -> None:
         self.parts: dict[
-            LabelKey, tuple[Labels, list[np.ndarray], list[np.ndarray], list[np.ndarray]]
+            LabelKey, tuple[Labels, list[np.ndarray], list[np.ndarray], list[np.ndarray | None]]
         ]
         self.parts = {}
 
     def add(
-        self, labels: Labels, k: LabelKey, t: np.ndarray, v: np.ndarray, stale: np.ndarray
+        self,
+        labels: Labels,
+        k: LabelKey,
+        t: np.ndarray,
+        v: np.ndarray,
+        stale: np.ndarray | None,
     ) -> None:
+        """One OTLP series' samples under ``labels`` (``k`` its key); ``stale`` marks its
+        stale markers, None when it has none."""
         slot = self.parts.get(k)
         if slot is None:
             self.parts[k] = (labels, [t], [v], [stale])
@@ -37,21 +46,28 @@ class Collector:
 
     def series(self) -> list[Series]:
         out = []
-        for labels, ts, vs, ss in self.parts.values():
+        for k, (labels, ts, vs, ss) in self.parts.items():
             if len(ts) == 1:  # the usual case: one OTLP series under this label set
                 s = ss[0]
-                out.append(Series(labels, ts[0], vs[0], s if s.any() else None))
+                out.append(
+                    Series(labels, ts[0], vs[0], s if s is not None and s.any() else None, k)
+                )
                 continue
             t = np.concatenate(ts).astype(np.int64)
             v = np.concatenate(vs).astype(np.float64)
-            s = np.concatenate(ss).astype(bool)
+            s = np.concatenate(
+                [
+                    np.zeros(len(x), dtype=bool) if y is None else y
+                    for x, y in zip(ts, ss, strict=True)
+                ]
+            ).astype(bool)
             order = np.argsort(t, kind="stable")
             t, v, s = t[order], v[order], s[order]
             # same timestamp twice (two OTLP series mapped onto one): the last wins
             keep = np.ones(len(t), dtype=bool)
             keep[:-1] = t[1:] != t[:-1]
             t, v, s = t[keep], v[keep], s[keep]
-            out.append(Series(labels, t, v, s if s.any() else None))
+            out.append(Series(labels, t, v, s if s.any() else None, k))
         return out
 
 
@@ -94,9 +110,14 @@ class Emitter:
     rows: SeriesRows
     row: int
     t: np.ndarray
-    stale: np.ndarray
+    stale: np.ndarray | None
+    """The rows' stale markers, None when there is none."""
     zeros: np.ndarray | None = None
     """Times of injected zero samples: a counter restarted (a new start time)."""
+
+    def wants(self, name: str) -> bool:
+        """Whether series under the exposed ``name`` are asked for."""
+        return self.wanted is None or name in self.wanted
 
     def __call__(
         self,
@@ -110,13 +131,15 @@ class Emitter:
         labels, k = self.rows.labels(self.row, name, extra)
         t, stale = self.t, self.stale
         if keep is not None:
-            t, values, stale = t[keep], values[keep], stale[keep]
+            t, values = t[keep], values[keep]
+            stale = None if stale is None else stale[keep]
         if self.zeros is not None and len(self.zeros):
             t = np.concatenate([t, self.zeros])
             values = np.concatenate([values, np.zeros(len(self.zeros))])
-            stale = np.concatenate([stale, np.zeros(len(self.zeros), dtype=bool)])
             order = np.argsort(t, kind="stable")
-            t, values, stale = t[order], values[order], stale[order]
+            t, values = t[order], values[order]
+            if stale is not None:
+                stale = np.concatenate([stale, np.zeros(len(self.zeros), dtype=bool)])[order]
         self.out.add(labels, k, t, values, stale)
 
 

@@ -47,6 +47,9 @@ class Buckets:
         self.counts = FlatLists(table.column("bucket_counts"))
         self.layout: tuple[float, ...] | None = None
         self.cumulative = np.zeros((0, 0))
+        self._les: dict[tuple[float, ...], list[str]] = {}
+        self._ordered: np.ndarray | None = None
+        self._all_valid: bool | None = None
         valid = np.flatnonzero(self.counts.lengths > 0)
         if not len(valid):
             return
@@ -72,6 +75,26 @@ class Buckets:
             running[:, j] += running[:, j - 1]
         self.cumulative[valid] = running
 
+    def les(self, layout: tuple[float, ...]) -> list[str]:
+        """The ``le`` labels of a layout's buckets, ``+Inf`` last (formatted once)."""
+        found = self._les.get(layout)
+        if found is None:
+            found = self._les[layout] = [mapping.format_float(b) for b in layout] + ["+Inf"]
+        return found
+
+    def in_order(self, order: np.ndarray, a: int, b: int) -> np.ndarray | None:
+        """The cumulative counts of rows ``order[a:b]``, a bucket per row of the result
+        (each a contiguous view), when every row of the table has the one layout; else
+        None. The whole table is put in ``order`` once, at the first call."""
+        if self.layout is None or self._all_valid is False:
+            return None
+        if self._ordered is None:
+            self._all_valid = bool((self.counts.lengths > 0).all())
+            if not self._all_valid:
+                return None
+            self._ordered = np.ascontiguousarray(self.cumulative[order].T)
+        return self._ordered[:, a:b]
+
     def layouts(self, rows: np.ndarray) -> list[tuple[tuple[float, ...], np.ndarray, np.ndarray]]:
         """Each bucket layout among ``rows``: its bounds, which of ``rows`` have it (their
         positions), and their cumulative counts (a row per position, a column per bucket)."""
@@ -90,19 +113,31 @@ class Buckets:
 
 def histogram(
     floats: Floats,
-    rows: np.ndarray,
+    order: np.ndarray,
+    a: int,
+    b: int,
     base: str,
     emit: Emitter,
     delta: bool,
     buckets: Buckets,
 ) -> None:
-    count = floats("count", rows)
-    total = floats("sum", rows)
-    if delta:
-        count = np.cumsum(np.nan_to_num(count))
-        total = np.cumsum(np.nan_to_num(total))
-    emit(f"{base}_count", count)
-    emit(f"{base}_sum", total)
+    """The series of the histogram whose rows are ``order[a:b]``: ``_count``, ``_sum`` and
+    a ``_bucket`` series per bound (only those ``emit`` wants are worked out)."""
+    rows = order[a:b]
+    for name, column in ((f"{base}_count", "count"), (f"{base}_sum", "sum")):
+        if emit.wants(name):
+            values = floats.rows(column, a, b)
+            emit(name, np.cumsum(np.nan_to_num(values)) if delta else values)
+    bucket = f"{base}_bucket"
+    if not emit.wants(bucket):
+        return
+    if not delta:
+        ordered = buckets.in_order(order, a, b)
+        if ordered is not None:  # the usual case: one layout, every bucket a view
+            assert buckets.layout is not None
+            for le, values in zip(buckets.les(buckets.layout), ordered, strict=True):
+                emit(bucket, values, {"le": le})
+            return
     for layout, sel, cum in buckets.layouts(rows):
         if delta:
             cum = np.cumsum(cum, axis=0)
@@ -111,14 +146,13 @@ def histogram(
         if not whole:
             keep = np.zeros(len(rows), dtype=bool)
             keep[sel] = True
-        les = [mapping.format_float(b) for b in layout] + ["+Inf"]
-        for j, le in enumerate(les):
+        for j, le in enumerate(buckets.les(layout)):
             if whole:
                 values = np.ascontiguousarray(cum[:, j])
             else:
                 values = np.full(len(rows), np.nan)
                 values[sel] = cum[:, j]
-            emit(f"{base}_bucket", values, {"le": le}, keep)
+            emit(bucket, values, {"le": le}, keep)
 
 
 class Exponential:

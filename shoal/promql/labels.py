@@ -37,6 +37,7 @@ class SeriesRows:
         self._resource = column("resource_attributes")
         self._infos: dict[tuple[Any, ...], MetricInfo] = {}
         self._bases: dict[MetricInfo, str] = {}
+        self._kinds: dict[int, tuple[MetricInfo, str, bool]] = {}
         self.promote = promote
         self.index = series_index(table) if "series_id" in table.column_names else {}
         self._labels: dict[tuple[Any, ...], tuple[Labels, LabelKey]] = {}
@@ -54,6 +55,23 @@ class SeriesRows:
         found = self._infos.get(fields)
         if found is None:
             found = self._infos[fields] = MetricInfo(*fields)
+        return found
+
+    def kind(self, i: int) -> tuple[MetricInfo, str, bool]:
+        """Row ``i``'s :meth:`info`, its :meth:`base` name, and whether its points count
+        from a start time (cumulative counters, histograms and every summary), whose
+        restarts add a zero sample: worked out once per row."""
+        found = self._kinds.get(i)
+        if found is None:
+            info = self.info(i)
+            cumulative = info.metric_type == "summary" or (
+                info.temporality == 2
+                and (
+                    info.metric_type in ("histogram", "exponential_histogram")
+                    or (info.metric_type == "sum" and bool(info.monotonic))
+                )
+            )
+            found = self._kinds[i] = (info, self.base(info), cumulative)
         return found
 
     def base(self, info: MetricInfo) -> str:

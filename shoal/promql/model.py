@@ -40,19 +40,29 @@ def without_name(labels: Mapping[str, str]) -> Labels:
     return {k: v for k, v in labels.items() if k != NAME}
 
 
+def key_without_name(k: LabelKey) -> LabelKey:
+    """``key(without_name(labels))`` from ``key(labels)``: still sorted, so no sort again."""
+    if k and k[0][0] == NAME:  # the usual place: "__name__" sorts before lowercase names
+        return k[1:]
+    return tuple(pair for pair in k if pair[0] != NAME)
+
+
 @dataclasses.dataclass
 class Series:
     labels: Labels
     t: I64
     v: F64
     stale: Mask | None = None
+    key: LabelKey | None = None
+    """``key(labels)``, when its maker had it at hand (a label set is never changed in
+    place, so the key stays true)."""
 
     def live(self) -> Series:
         """The series without its stale markers."""
         if self.stale is None or not self.stale.any():
             return self
         keep = ~self.stale
-        return Series(self.labels, self.t[keep], self.v[keep], None)
+        return Series(self.labels, self.t[keep], self.v[keep], None, self.key)
 
 
 @dataclasses.dataclass
@@ -93,13 +103,19 @@ Value = Vec | Matrix | F64 | str
 """What an expression evaluates to: instant vector, range vector, scalar or string."""
 
 
-def merge_rows(labels: Iterable[Labels], values: F64, present: Mask) -> Vec:
-    """Rows with equal label sets joined into one; an overlap at some step is an error."""
+def merge_rows(
+    labels: Iterable[Labels],
+    values: F64,
+    present: Mask,
+    keys: Sequence[LabelKey] | None = None,
+) -> Vec:
+    """Rows with equal label sets joined into one; an overlap at some step is an error.
+    ``keys``: each label set's :func:`key`, when the caller has them."""
     label_list = list(labels)
     index: dict[LabelKey, int] = {}
     groups: list[list[int]] = []
     for i, lab in enumerate(label_list):
-        k = key(lab)
+        k = key(lab) if keys is None else keys[i]
         slot = index.get(k)
         if slot is None:
             index[k] = len(groups)

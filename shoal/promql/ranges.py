@@ -16,7 +16,19 @@ from collections.abc import Callable
 import numpy as np
 
 from shoal.errors import PromQLError
-from shoal.promql.model import F64, HIST, I64, Mask, Matrix, Series, Vec, merge_rows, without_name
+from shoal.promql.model import (
+    F64,
+    HIST,
+    I64,
+    LabelKey,
+    Mask,
+    Matrix,
+    Series,
+    Vec,
+    key_without_name,
+    merge_rows,
+    without_name,
+)
 
 
 @dataclasses.dataclass
@@ -369,9 +381,17 @@ def apply(name: str, matrix: Matrix, ts: I64, args: list[float]) -> Vec:
     rows = np.flatnonzero(present.any(axis=1))
     if not len(rows):
         return Vec.empty(steps)
-    keep = name in KEEPS_NAME
-    labels = [dict(lives[i].labels) if keep else without_name(lives[i].labels) for i in rows]
-    return merge_rows(labels, values[rows], present[rows])
+    picked = [lives[i] for i in rows.tolist()]
+    keys: list[LabelKey] | None = None
+    if name in KEEPS_NAME:
+        labels = [dict(s.labels) for s in picked]
+        if all(s.key is not None for s in picked):
+            keys = [s.key for s in picked]  # type: ignore[misc]
+    else:
+        labels = [without_name(s.labels) for s in picked]
+        if all(s.key is not None for s in picked):
+            keys = [key_without_name(s.key) for s in picked]  # type: ignore[arg-type]
+    return merge_rows(labels, values[rows], present[rows], keys)
 
 
 def _flat_windows(lives: list[Series], eff: I64, range_ms: int) -> tuple[Flat, I64, I64]:

@@ -41,23 +41,22 @@ def restarts(
 
 def _name_codes(column: pa.ChunkedArray) -> tuple[list[str], np.ndarray]:
     """The distinct names of ``column`` and each row's position among them."""
-    chunks = column.chunks
-    if (
-        pa.types.is_dictionary(column.type)
-        and chunks
-        and all(c.dictionary.equals(chunks[0].dictionary) for c in chunks)
-    ):
-        dictionary = chunks[0].dictionary
-        codes = np.concatenate(
-            [np.asarray(c.indices.to_numpy(zero_copy_only=False), dtype=np.int64) for c in chunks]
-        )
-    else:
-        if pa.types.is_dictionary(column.type):
-            column = column.cast(pa.string())
+    if not pa.types.is_dictionary(column.type):
         encoded = column.combine_chunks().dictionary_encode()
-        dictionary = encoded.dictionary
         codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    return [str(x) for x in dictionary.to_pylist()], codes
+        return [str(x) for x in encoded.dictionary.to_pylist()], codes
+    # each chunk's dictionary mapped onto one list of names (a few names per chunk)
+    names: dict[str, int] = {}
+    parts = []
+    for chunk in column.chunks:
+        remap = [names.setdefault(str(x), len(names)) for x in chunk.dictionary.to_pylist()]
+        if len(names) == 1 and remap == [0]:
+            parts.append(np.zeros(len(chunk), dtype=np.int64))  # the one name: no indices read
+            continue
+        indices = np.asarray(chunk.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+        parts.append(np.asarray(remap, dtype=np.int64)[indices] if len(indices) else indices)
+    codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return list(names), codes
 
 
 def _series_order(
@@ -131,47 +130,55 @@ def to_series(
     # per series below: views into these, computed once for all rows
     tms = tns // 1_000_000
     stale_all = ((flags & STALE_FLAG) != 0)[order]  # a byte per row to gather, not eight
+    has_stale = np.logical_or.reduceat(stale_all, starts).tolist()
     # start times matter for counters and histograms only: gathered at the first one
     start_ms = restart = np.zeros(0, dtype=np.int64)
+    restarted: list[bool] = []
     wanted_set = set(wanted) if wanted is not None else None
     out = Collector()
     buckets: Buckets | None = None
     exp: Exponential | None = None
     floats = Floats(table, order)
-    for a, b in zip(starts, ends, strict=True):
-        row = index.get((dictionary[int(name_code[a])], int(sid[a])))
+    values: np.ndarray | None = None
+    first_names = [dictionary[c] for c in name_code[starts].tolist()]
+    found = [index.get(pair) for pair in zip(first_names, sid[starts].tolist(), strict=True)]
+    for i, (row, a, b) in enumerate(zip(found, starts.tolist(), ends.tolist(), strict=True)):
         if row is None:  # written between the two reads: seen by the next query
             continue
-        rows = order[a:b]
-        info = per_series.info(row)
-        t = tms[a:b]
-        stale = stale_all[a:b]
-        base = per_series.base(info)
-        emit = Emitter(out, wanted_set, per_series, row, t, stale)
-        cumulative = info.metric_type == "summary" or (
-            info.temporality == 2
-            and (
-                info.metric_type in ("histogram", "exponential_histogram")
-                or (info.metric_type == "sum" and info.monotonic)
-            )
-        )
-        if cumulative and not len(restart):
-            start_ns = table.column("start_time_unix_nano").to_numpy()
-            start_ns = np.asarray(start_ns, dtype=np.int64)[order]
-            start_ms = start_ns // 1_000_000
-            restart = restarts(tms, start_ns, start_ms, change)
-        if cumulative and restart[a:b].any():
-            emit.zeros = start_ms[a:b][restart[a:b]]
-        if info.metric_type in ("gauge", "sum"):
-            v = floats.rows("value", int(a), int(b))
+        info, base, cumulative = per_series.kind(row)
+        stale = stale_all[a:b] if has_stale[i] else None
+        zeros = None
+        if cumulative:
+            if not len(restart):
+                start_ns = table.column("start_time_unix_nano").to_numpy()
+                start_ns = np.asarray(start_ns, dtype=np.int64)[order]
+                start_ms = start_ns // 1_000_000
+                restart = restarts(tms, start_ns, start_ms, change)
+                restarted = np.logical_or.reduceat(restart, starts).tolist()
+            if restarted[i]:
+                zeros = start_ms[a:b][restart[a:b]]
+        if info.metric_type in ("gauge", "sum") and zeros is None:
+            # the usual series, one exposed name: added without an Emitter
+            if wanted_set is not None and base not in wanted_set:
+                continue
+            if values is None:
+                values = floats.rows("value", 0, n)
+            v = values[a:b]
             if info.metric_type == "sum" and info.temporality == 1:
                 # delta sums: the running total of the fetched points (docs/rationale.md)
-                v = np.cumsum(np.where(stale | np.isnan(v), 0.0, v))
-            emit(base, v)
+                gone = np.isnan(v) if stale is None else stale | np.isnan(v)
+                v = np.cumsum(np.where(gone, 0.0, v))
+            labels, k = per_series.labels(row, base)
+            out.add(labels, k, tms[a:b], v, stale)
+            continue
+        rows = order[a:b]
+        emit = Emitter(out, wanted_set, per_series, row, tms[a:b], stale, zeros)
+        if info.metric_type in ("gauge", "sum"):
+            emit(base, floats.rows("value", a, b))
         elif info.metric_type == "histogram":
             if buckets is None:
                 buckets = Buckets(table)
-            histogram(floats, rows, base, emit, info.temporality == 1, buckets)
+            histogram(floats, order, a, b, base, emit, info.temporality == 1, buckets)
         elif info.metric_type == "summary":
             summary(table, floats, rows, base, emit)
         elif info.metric_type == "exponential_histogram":

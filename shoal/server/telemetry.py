@@ -8,6 +8,7 @@ state (queue depth, the unflushed rows' size, WAL size, RSS) are computed on scr
 from __future__ import annotations
 
 import dataclasses
+import gc
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
@@ -17,6 +18,7 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    GCCollector,
     Histogram,
     ProcessCollector,
     generate_latest,
@@ -357,6 +359,13 @@ class ServerMetrics:
         self.rss = Gauge("shoal_process_rss_bytes", "Resident set size of the server.", registry=r)
         process = psutil.Process()
         self.rss.set_function(lambda: float(process.memory_info().rss))
+        GCCollector(registry=r)
+        self.gc_frozen = Gauge(
+            "shoal_gc_frozen_objects",
+            "Objects made at start-up and left out of garbage collections.",
+            registry=r,
+        )
+        self.gc_frozen.set_function(lambda: float(gc.get_freeze_count()))
         self._wal_stats: Callable[[], tuple[int, int]] | None = None
         self._lock = threading.Lock()
 

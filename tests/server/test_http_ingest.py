@@ -137,6 +137,7 @@ def test_health_ready_and_metrics(server: ServerProcess) -> None:
         "shoal_snapshot_bytes",
         "shoal_process_rss_bytes",
         "process_resident_memory_bytes",
+        "python_gc_collections_total",
         "shoal_ready",
     ):
         assert f"\n{family}" in text, family
@@ -148,6 +149,8 @@ def test_health_ready_and_metrics(server: ServerProcess) -> None:
     assert metric_value(text, "shoal_wal_segments") >= 1
     assert metric_value(text, "shoal_ready") == 1
     assert metric_value(text, "shoal_process_rss_bytes") > 10e6
+    # what the start-up made is left out of garbage collections (imports alone: 100k+)
+    assert metric_value(text, "shoal_gc_frozen_objects") > 50_000
 
 
 def test_load_report_counts_the_servers_slow_fsyncs(server: ServerProcess) -> None:
