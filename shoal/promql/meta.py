@@ -123,7 +123,7 @@ async def label_names(
 ) -> list[str]:
     if not matches:
         table, resources = await _every_series(source, start_ms, end_ms)
-        return source.memo(
+        return await source.amemo(
             "label names",
             table,
             lambda: sorted(_all_label_names(table, resources, source.promote)),
@@ -186,7 +186,7 @@ async def label_values(
             found = _all_label_values(name, table, resources, source.promote)
             return None if found is None else sorted(found)
 
-        answer = source.memo(("label values", name), table, every_value)
+        answer = await source.amemo(("label values", name), table, every_value)
         if answer is not None:
             return answer
     values: set[str] = set()

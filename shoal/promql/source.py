@@ -239,9 +239,14 @@ class QuerySource:
     async def amemo(
         self, what: Hashable, series: pa.Table, compute: Callable[[], T], per_series: bool = False
     ) -> T:
-        """:meth:`memo` in a worker thread: for answers whose working out tests matchers
-        over many rows, which must not hold up the event loop (other requests, other
-        tenants) meanwhile."""
+        """:meth:`memo` with the working out in a worker thread: for answers that test
+        matchers or read columns over many rows (tens of milliseconds at a million
+        series), which must not hold up the event loop (other requests, other tenants)
+        meanwhile. A remembered answer is returned without the hand-off."""
+        found, value = _ANSWERS.get((self.tenant, self.promote, what, fingerprint(series)))
+        if found:
+            answer: T = value
+            return answer
         return await asyncio.get_running_loop().run_in_executor(
             None, functools.partial(self.memo, what, series, compute, per_series)
         )

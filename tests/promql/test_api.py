@@ -6,8 +6,10 @@ harness (WAL snapshot and, for part of it, committed Parquet).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -18,6 +20,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as mpb
 
 from shoal.otlp.decode import decode
+from shoal.promql import meta
 from tests.sql.api_app import SyncClient, Tokens, client
 from tests.sql.helpers import Harness
 
@@ -433,3 +436,35 @@ def test_limits_fail_the_query_alone(tmp_path: Path) -> None:
         assert r.status_code == 503
         assert r.json()["errorType"] == "timeout"
     hurried.shutdown()
+
+
+def test_label_names_and_values_are_worked_out_off_the_event_loop(
+    api: tuple[SyncClient, dict[str, str], Harness], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # column-wise over every series: tens of milliseconds at a million series, which the
+    # event loop (every other request) must not wait for
+    tc, _, harness = api
+    _ingest(harness, "offloop", request(_dataset("offloop", "offloop.calls")))
+    headers = Tokens(harness).create("offloop", "query")
+    where: list[str] = []
+
+    def spy(real: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                asyncio.get_running_loop()
+                where.append("event loop")
+            except RuntimeError:
+                where.append("worker")
+            return real(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(meta, "_all_label_names", spy(meta._all_label_names))
+    monkeypatch.setattr(meta, "_all_label_values", spy(meta._all_label_values))
+    names = tc.get("/api/v1/labels", headers=headers).json()["data"]
+    values = tc.get("/api/v1/label/code/values", headers=headers).json()["data"]
+    assert "code" in names and values == ["200", "500"]
+    assert where == ["worker", "worker"]
+    # remembered: asked again, nothing is worked out
+    assert tc.get("/api/v1/labels", headers=headers).json()["data"] == names
+    assert where == ["worker", "worker"]
