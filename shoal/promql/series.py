@@ -45,14 +45,16 @@ def _name_codes(column: pa.ChunkedArray) -> tuple[list[str], np.ndarray]:
         encoded = column.combine_chunks().dictionary_encode()
         codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
         return [str(x) for x in encoded.dictionary.to_pylist()], codes
+    chunks = column.chunks
+    first = chunks[0].dictionary if chunks else None
+    if first is not None and len(first) == 1 and all(c.dictionary.equals(first) for c in chunks):
+        # one metric, the usual read: every code is 0 (calloc'd, never written)
+        return [str(first[0].as_py())], np.zeros(len(column), dtype=np.int64)
     # each chunk's dictionary mapped onto one list of names (a few names per chunk)
     names: dict[str, int] = {}
     parts = []
-    for chunk in column.chunks:
+    for chunk in chunks:
         remap = [names.setdefault(str(x), len(names)) for x in chunk.dictionary.to_pylist()]
-        if len(names) == 1 and remap == [0]:
-            parts.append(np.zeros(len(chunk), dtype=np.int64))  # the one name: no indices read
-            continue
         indices = np.asarray(chunk.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
         parts.append(np.asarray(remap, dtype=np.int64)[indices] if len(indices) else indices)
     codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
@@ -123,7 +125,9 @@ def to_series(
     tns = np.asarray(table.column("time_unix_nano").to_numpy(), dtype=np.int64)
     order, name_code, sid, tns = _series_order(name_code, sid, tns, len(dictionary) > 1)
     change = np.ones(n, dtype=bool)
-    change[1:] = (name_code[1:] != name_code[:-1]) | (sid[1:] != sid[:-1])
+    change[1:] = sid[1:] != sid[:-1]
+    if len(dictionary) > 1:
+        change[1:] |= name_code[1:] != name_code[:-1]
     starts = np.flatnonzero(change)
     ends = np.append(starts[1:], n)
     flags = np.asarray(table.column("flags").to_numpy(), dtype=np.int64)
