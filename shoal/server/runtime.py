@@ -427,7 +427,10 @@ class ServerRuntime:
         )
         self.flusher.start()
         self.ingestor.open(wal)
-        _freeze_startup_objects()
+        # what the start-up made (170,000 objects) leaves every later garbage collection:
+        # a query's many small objects set off full ones (docs/rationale.md)
+        gc.collect()
+        gc.freeze()
         self._ready = True
         self.metrics.ready.set(1)
         logger.info("ready")
@@ -484,19 +487,6 @@ class ServerRuntime:
             return EXIT_FATAL
         logger.info("stopped")
         return EXIT_OK
-
-
-def _freeze_startup_objects() -> None:
-    """Leave the objects made while starting (the imported modules, the web framework's
-    routes, about 170,000 of them) out of every later garbage collection.
-
-    A PromQL query makes a label set and a key per series, tens of thousands of small
-    objects, and each full collection they trigger walked everything the start-up made:
-    over 27 dashboard queries the collector took 1.7 s, 17% of the time, and 0.5 s
-    once these objects were frozen (docs/benchmarks.md). Nothing made at start-up is
-    garbage that only the collector could free."""
-    gc.collect()
-    gc.freeze()
 
 
 def serve(config: Config) -> int:
