@@ -30,6 +30,7 @@ from shoal.rows.columns import (
     list_offsets,
     nulls,
     over_int64,
+    owned,
     series_ids,
     timestamps,
     u32_as_int64,
@@ -64,7 +65,7 @@ def _point_columns(kind: str, points: pa.Array, rej: Rejections, keep: BOOL) -> 
         as_int = points.field("as_int")
         n = len(points)
         if as_int.null_count == n:
-            value = as_double
+            value = owned(as_double)
         elif as_double.null_count == n:
             value = pc.cast(as_int, pa.float64(), safe=False)
         else:
@@ -72,15 +73,15 @@ def _point_columns(kind: str, points: pa.Array, rej: Rejections, keep: BOOL) -> 
         if value.null_count:
             rej.mask("number data point has no value", value.is_null().to_numpy(False), keep)
         cols["value"] = value
-        cols["value_int"] = as_int
+        cols["value_int"] = owned(as_int)
     else:
         count = u64(points.field("count"))
         rej.mask("count beyond int64", over_int64(count), keep)
         cols["count"] = as_int64(count)
-        cols["sum"] = points.field("sum")
+        cols["sum"] = owned(points.field("sum"))
         if kind != "summary":
-            cols["min"] = points.field("min")
-            cols["max"] = points.field("max")
+            cols["min"] = owned(points.field("min"))
+            cols["max"] = owned(points.field("max"))
     if kind == "histogram":
         buckets, over = _counts_list(points.field("bucket_counts"))
         rej.mask("bucket count beyond int64", over, keep)
@@ -90,24 +91,24 @@ def _point_columns(kind: str, points: pa.Array, rej: Rejections, keep: BOOL) -> 
         mismatch = (n_buckets != 0) & (n_buckets != n_bounds + 1)
         rej.mask("histogram bucket_counts length is not len(explicit_bounds) + 1", mismatch, keep)
         cols["bucket_counts"] = buckets
-        cols["explicit_bounds"] = bounds
+        cols["explicit_bounds"] = owned(bounds)
     elif kind == "exponential_histogram":
         zero = u64(points.field("zero_count"))
         rej.mask("count beyond int64", over_int64(zero), keep)
-        cols["exp_scale"] = points.field("scale")
+        cols["exp_scale"] = owned(points.field("scale"))
         cols["exp_zero_count"] = as_int64(zero)
-        cols["exp_zero_threshold"] = points.field("zero_threshold")
+        cols["exp_zero_threshold"] = owned(points.field("zero_threshold"))
         for side in ("positive", "negative"):
             buckets = points.field(side)
             counts, over = _counts_list(buckets.field("bucket_counts"))
             rej.mask("bucket count beyond int64", over, keep)
-            cols[f"exp_{side}_offset"] = buckets.field("offset").fill_null(0)
+            cols[f"exp_{side}_offset"] = owned(buckets.field("offset").fill_null(0))
             cols[f"exp_{side}_bucket_counts"] = counts
     elif kind == "summary":
         quantiles = points.field("quantile_values")
         cols["quantile_values"] = pa.ListArray.from_arrays(
             pa.array(list_offsets(quantiles).astype(np.int32)),
-            quantiles.flatten(),
+            owned(quantiles.flatten()),
             type=METRICS_SCHEMA.field("quantile_values").type,
         )
     if kind != "summary":

@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
 
 from loadtest import payloads
 from shoal.otlp import decode, scanned
@@ -52,4 +55,37 @@ def test_generated_requests_share_no_buffer(
 ) -> None:
     decoder_output.clear()
     result = decode(signal, data.draw(STRATEGIES[signal]()).SerializeToString())
+    assert decoder_output.shared(result.table) == set()
+
+
+def _one_point(kind: str) -> bytes:
+    """A request with one metric of ``kind`` and one point, nothing else beside it: its
+    columns are not joined with another kind's, so no copy happens by the way."""
+    req = ExportMetricsServiceRequest()
+    metric = req.resource_metrics.add().scope_metrics.add().metrics.add()
+    metric.name = "m"
+    point = getattr(metric, kind).data_points.add()
+    point.time_unix_nano = 1
+    if kind == "summary":
+        point.sum = 2.5
+        quantile = point.quantile_values.add()
+        quantile.quantile, quantile.value = 0.5, 1.0
+    elif kind == "histogram":
+        point.sum, point.min, point.max = 2.5, 0.5, 2.0
+        point.explicit_bounds.extend([1.0])
+        point.bucket_counts.extend([1, 2])
+    elif kind == "exponential_histogram":
+        point.sum, point.scale, point.zero_threshold = 2.5, 2, 0.1
+        point.positive.offset = 3
+        point.positive.bucket_counts.extend([1])
+    return req.SerializeToString()
+
+
+@pytest.mark.parametrize("kind", ["summary", "histogram", "exponential_histogram"])
+def test_one_kind_of_point_alone_shares_no_buffer(kind: str, decoder_output: Any) -> None:
+    # a summary with nothing but a time once kept the decoder's `sum` column as its own
+    decoder_output.clear()
+    result = decode("metrics", _one_point(kind))
+    assert result.table.num_rows == 1
+    assert decoder_output.batches
     assert decoder_output.shared(result.table) == set()
