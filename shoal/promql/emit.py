@@ -126,7 +126,7 @@ class Emitter:
         extra: dict[str, str] | None = None,
         keep: np.ndarray | None = None,
     ) -> None:
-        if self.wanted is not None and name not in self.wanted:
+        if not self.wants(name):
             return
         labels, k = self.rows.labels(self.row, name, extra)
         t, stale = self.t, self.stale

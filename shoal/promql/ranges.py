@@ -382,15 +382,12 @@ def apply(name: str, matrix: Matrix, ts: I64, args: list[float]) -> Vec:
     if not len(rows):
         return Vec.empty(steps)
     picked = [lives[i] for i in rows.tolist()]
+    keep = name in KEEPS_NAME
+    labels = [dict(s.labels) if keep else without_name(s.labels) for s in picked]
+    known = [s.key for s in picked if s.key is not None]
     keys: list[LabelKey] | None = None
-    if name in KEEPS_NAME:
-        labels = [dict(s.labels) for s in picked]
-        if all(s.key is not None for s in picked):
-            keys = [s.key for s in picked]  # type: ignore[misc]
-    else:
-        labels = [without_name(s.labels) for s in picked]
-        if all(s.key is not None for s in picked):
-            keys = [key_without_name(s.key) for s in picked]  # type: ignore[arg-type]
+    if len(known) == len(picked):  # the keys the series were made with, less the name
+        keys = known if keep else [key_without_name(k) for k in known]
     return merge_rows(labels, values[rows], present[rows], keys)
 
 

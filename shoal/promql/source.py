@@ -15,7 +15,6 @@ import asyncio
 import collections
 import dataclasses
 import datetime as dt
-import functools
 import threading
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -161,6 +160,16 @@ def fingerprint(series: pa.Table) -> tuple[int, int, int]:
         )
 
 
+def _remember(key: Hashable, series: pa.Table, compute: Callable[[], T], per_series: bool) -> T:
+    """``compute()``, kept under ``key`` (see :meth:`QuerySource.memo` for its weight)."""
+    value = compute()
+    weight = 1
+    if per_series:
+        weight = len(value) if isinstance(value, list) else series.num_rows
+    _ANSWERS.put(key, value, weight)
+    return value
+
+
 def _over_cap(cap: int, verb: str = "reads", what: str = "samples or series") -> PromQLError:
     return PromQLError(
         f"the query {verb} more than {cap} {what} (promql_max_samples); "
@@ -228,11 +237,7 @@ class QuerySource:
         key = (self.tenant, self.promote, what, fingerprint(series))
         found, value = _ANSWERS.get(key)
         if not found:
-            value = compute()
-            weight = 1
-            if per_series:
-                weight = len(value) if isinstance(value, list) else series.num_rows
-            _ANSWERS.put(key, value, weight)
+            value = _remember(key, series, compute, per_series)
         answer: T = value
         return answer
 
@@ -243,13 +248,14 @@ class QuerySource:
         matchers or read columns over many rows (tens of milliseconds at a million
         series), which must not hold up the event loop (other requests, other tenants)
         meanwhile. A remembered answer is returned without the hand-off."""
-        found, value = _ANSWERS.get((self.tenant, self.promote, what, fingerprint(series)))
-        if found:
-            answer: T = value
-            return answer
-        return await asyncio.get_running_loop().run_in_executor(
-            None, functools.partial(self.memo, what, series, compute, per_series)
-        )
+        key = (self.tenant, self.promote, what, fingerprint(series))
+        found, value = _ANSWERS.get(key)
+        if not found:
+            value = await asyncio.get_running_loop().run_in_executor(
+                None, _remember, key, series, compute, per_series
+            )
+        answer: T = value
+        return answer
 
     def _index_now(self, start_ms: int, end_ms: int) -> pa.Table:
         """The tenant's metric series seen in the range (the series index, no SQL); one
