@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shoal.arrays import unique
 from shoal.promql import columns
 from shoal.promql.model import LabelKey, Labels, Series
 from shoal.promql.model import key as label_key
@@ -260,7 +261,7 @@ def target_label_sets(resources: pa.Table) -> list[Labels]:
         pc.invert(pc.is_in(plain(keys), value_set=pa.array(sorted(IDENTIFYING)))),
         pc.not_equal(pc.fill_null(values, ""), ""),
     )
-    chosen = np.unique(rows[np.asarray(extra, dtype=bool)])
+    chosen = unique(rows[np.asarray(extra, dtype=bool)])
     if not len(chosen):
         return []
     for raw in plain(maps.take(pa.array(chosen))).to_pylist():
@@ -291,6 +292,6 @@ def target_series(found: tuple[pa.Table, pa.Table]) -> list[Series]:
             by_target.setdefault(label_key(labels), (labels, []))[1].append(int(t))
     out = []
     for labels, ts in by_target.values():
-        t_arr = np.unique(np.asarray(ts, dtype=np.int64))
+        t_arr = unique(np.asarray(ts, dtype=np.int64))
         out.append(Series(labels, t_arr, np.ones(len(t_arr))))
     return out

@@ -9,6 +9,7 @@ metadata on each series. :func:`v1_labels` and :func:`v2_labels` bring both to o
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -86,6 +87,28 @@ class Labels:
     owner: np.ndarray[Any, Any]
     names: pa.Array
     values: pa.Array
+
+    @functools.cached_property
+    def named(self) -> tuple[np.ndarray[Any, Any], list[str | None]]:
+        """Per label, the number of its name among the distinct names; those names."""
+        encoded = pc.dictionary_encode(self.names, null_encoding="encode")
+        return encoded.indices.to_numpy().astype(np.int64), encoded.dictionary.to_pylist()
+
+    def called(self, names: tuple[str, ...]) -> np.ndarray[Any, Any]:
+        """Per label, whether its name is one of ``names``."""
+        codes, distinct_names = self.named
+        wanted = np.fromiter((name in names for name in distinct_names), np.bool_)
+        chosen: np.ndarray[Any, Any] = wanted[codes]
+        return chosen
+
+    @functools.cached_property
+    def with_value(self) -> np.ndarray[Any, Any]:
+        """Per label, whether it has a value (not empty)."""
+        values = self.values
+        if values.null_count or not pa.types.is_string(values.type):
+            return np.asarray(pc.fill_null(pc.not_equal(values, ""), False), dtype=np.bool_)
+        ends = np.frombuffer(values.buffers()[1], np.int32, len(values) + 1, values.offset * 4)
+        return np.diff(ends) > 0
 
     def subset(self, positions: np.ndarray[Any, Any], n: int) -> Labels:
         """The labels of the series at ``positions`` (ascending), renumbered from 0."""
@@ -215,26 +238,25 @@ def owners_of(counts: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
 
 
-def names_of(labels: Labels, n: int) -> list[str | None]:
-    """Each series' ``__name__`` (None when it has none); checks the label sets too."""
-    if len(labels.names) and pc.any(pc.equal(pc.utf8_length(labels.names), 0)).as_py():
+def names_of(labels: Labels, n: int) -> pa.Array:
+    """Each series' ``__name__`` (null when it has none); checks the label sets too."""
+    codes, distinct_names = labels.named
+    if "" in distinct_names:
         raise DecodeError("a label has an empty name")
-    if len(labels.names):
-        keys = pa.table({"o": labels.owner, "n": labels.names})
-        dup = keys.group_by(["o", "n"]).aggregate([([], "count_all")])
-        if pc.max(dup.column("count_all")).as_py() > 1:
-            raise DecodeError("a label name appears twice in one series")
-    return list(pick(labels, "__name__", n))
+    pairs = np.sort(labels.owner * len(distinct_names) + codes)
+    if (pairs[1:] == pairs[:-1]).any():
+        raise DecodeError("a label name appears twice in one series")
+    return pick(labels, "__name__", n)
 
 
-def pick(labels: Labels, name: str, n: int) -> np.ndarray[Any, Any]:
-    """Per series, the value of label ``name`` (None where absent or empty)."""
-    out = np.full(n, None, dtype=object)
-    mask = pc.and_(pc.equal(labels.names, name), pc.not_equal(labels.values, "")).to_numpy(
-        zero_copy_only=False
-    )
-    out[labels.owner[mask]] = labels.values.filter(pa.array(mask)).to_numpy(zero_copy_only=False)
-    return out
+def pick(labels: Labels, name: str, n: int) -> pa.Array:
+    """Per series, the value of label ``name`` (null where absent or empty); a series has
+    each label name once at most (:func:`names_of` checks)."""
+    mask = labels.called((name,)) & labels.with_value
+    where = np.full(n, -1, dtype=np.int64)
+    where[labels.owner[mask]] = np.flatnonzero(mask)
+    found: pa.Array = labels.values.take(pa.array(where, mask=where < 0))
+    return found
 
 
 @dataclasses.dataclass(frozen=True)

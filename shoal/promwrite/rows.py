@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from shoal.errors import DecodeError
 from shoal.promwrite.labels import (
@@ -29,7 +28,15 @@ from shoal.promwrite.labels import (
     offsets,
     pick,
 )
-from shoal.rows.columns import empty_lists, empty_maps, hash_text, nulls, series_ids
+from shoal.rows.columns import (
+    distinct,
+    empty_lists,
+    empty_maps,
+    hash_text,
+    nulls,
+    series_ids,
+    sum_per_list,
+)
 from shoal.rows.known import gather
 from shoal.rows.result import DecodeResult, all_null
 from shoal.schema import METRICS_SCHEMA, REMOTE_WRITE_SCOPE, UTC_US
@@ -62,28 +69,28 @@ def _name_hash(name: str) -> int:
     return hash_text(name)
 
 
-def _set_hashes(owner: np.ndarray[Any, Any], keys: list[str], values: list[str], n: int) -> Any:
+def _set_hashes(keys: pa.Array, values: pa.Array, offsets: np.ndarray[Any, Any]) -> Any:
+    """Per series (entries sorted by series, ``offsets``), the sum of its entries' hashes;
+    each distinct entry is hashed once."""
+    codes, first = distinct(keys, values)
+    take = pa.array(first)
     hashes = np.fromiter(
-        (_entry_hash(k, v) for k, v in zip(keys, values, strict=True)), np.uint64, len(keys)
+        map(_entry_hash, keys.take(take).to_pylist(), values.take(take).to_pylist()),
+        np.uint64,
+        len(first),
     )
-    out = np.zeros(n, dtype=np.uint64)
-    np.add.at(out, owner, hashes)
-    return out
+    return sum_per_list(hashes[codes], offsets)
 
 
 def _resource(
-    job: np.ndarray[Any, Any], instance: np.ndarray[Any, Any]
+    job: pa.Array, instance: pa.Array
 ) -> tuple[pa.MapArray, np.ndarray[Any, Any], pa.Array]:
     """Per series: its resource attributes from job (``ns/name`` or ``name``) and
     instance, their set hash, and the service name; computed once per distinct pair."""
-    distinct: dict[tuple[Any, Any], int] = {}
-    index = np.fromiter(
-        (distinct.setdefault(pair, len(distinct)) for pair in zip(job, instance, strict=True)),
-        np.int64,
-        len(job),
-    )
+    index, first = distinct(job, instance)
+    take = pa.array(first)
     entries: list[list[tuple[str, str]]] = []
-    for j, inst in distinct:
+    for j, inst in zip(job.take(take).to_pylist(), instance.take(take).to_pylist(), strict=True):
         items: list[tuple[str, str]] = []
         if j:
             namespace, name = j.split("/", 1) if "/" in j else ("", j)
@@ -98,13 +105,8 @@ def _resource(
         dtype=np.uint64,
     )
     services = pa.array([dict(items).get("service.name") for items in entries], pa.string())
-    take = pa.array(index)
-    return pa.array(entries, _MAP).take(take), hashes[index], services.take(take)
-
-
-def _map(owner: np.ndarray[Any, Any], keys: pa.Array, values: pa.Array, n: int) -> pa.MapArray:
-    """A map per series from entries sorted by series (``owner`` ascending)."""
-    return pa.MapArray.from_arrays(pa.array(offsets(owner, n)), keys, values)
+    by_pair = pa.array(index)
+    return pa.array(entries, _MAP).take(by_pair), hashes[index], services.take(by_pair)
 
 
 def series_columns(
@@ -112,66 +114,75 @@ def series_columns(
 ) -> pa.Table:
     """The columns each of ``n_series`` series repeats on its samples, one row per series;
     ``metric_name`` is null for a series without one. Raises DecodeError for label sets
-    that can never be stored."""
+    that can never be stored.
+
+    Column-wise: what is worked out in Python (hashes, resource entries, metadata) is
+    worked out once per distinct name, label, job and instance, or metadata and name."""
     names = names_of(labels, n_series)
-    metas = metas_of(names)
+    name_list = names.to_pylist()
+    metas = metas_of(name_list)
     # attributes: every label but __name__, job and instance, with a value
-    keep = pc.and_(
-        pc.invert(pc.is_in(labels.names, pa.array(SPECIAL))), pc.not_equal(labels.values, "")
-    ).to_numpy(zero_copy_only=False)
+    keep = ~labels.called(SPECIAL) & labels.with_value
     a_owner = labels.owner[keep]
     a_keys = labels.names.filter(pa.array(keep))
     a_values = labels.values.filter(pa.array(keep))
     order = np.argsort(a_owner, kind="stable")
     a_owner, a_keys, a_values = a_owner[order], a_keys.take(order), a_values.take(order)
-    attributes = _map(a_owner, a_keys, a_values, n_series)
+    a_offsets = offsets(a_owner, n_series)
+    attributes = pa.MapArray.from_arrays(pa.array(a_offsets), a_keys, a_values)
     resource, resource_hash, service = _resource(
         pick(labels, "job", n_series), pick(labels, "instance", n_series)
     )
-    name_index: dict[Any, int] = {}
-    by_name = np.fromiter(
-        (name_index.setdefault(x, len(name_index)) for x in names), np.int64, n_series
-    )
-    name_hash = np.array([_name_hash(str(x or "")) for x in name_index], dtype=np.uint64)[by_name]
-    point_hash = _set_hashes(a_owner, a_keys.to_pylist(), a_values.to_pylist(), n_series)
+    by_name, first_name = distinct(names)
+    name_hash = np.array(
+        [_name_hash(name_list[i] or "") for i in first_name.tolist()], dtype=np.uint64
+    )[by_name]
+    point_hash = _set_hashes(a_keys, a_values, a_offsets)
     # what the metadata decides, once per distinct (metadata, name)
-    meta_index: dict[tuple[Meta, Any], int] = {}
-    by_meta = pa.array(
-        np.fromiter(
-            (meta_index.setdefault(k, len(meta_index)) for k in zip(metas, names, strict=True)),
-            np.int64,
-            n_series,
-        )
-    )
-    distinct = list(meta_index)
+    meta_index = _one_per_equal(metas)
+    if meta_index.any():
+        by_pair, first_pair = distinct(pa.array(meta_index), pa.array(by_name))
+    else:
+        by_pair, first_pair = by_name, first_name
+    distinct_pairs = [(metas[i], name_list[i]) for i in first_pair.tolist()]
     counter = [
         m.kind == "counter" and bool(x) and (x == m.family or x == m.family + "_total")
-        for m, x in distinct
+        for m, x in distinct_pairs
     ]
     metadata_rows = [
         [("prometheus.type", m.kind)] + ([("prometheus.family", m.family)] if m.family else [])
-        for m, _ in distinct
+        for m, _ in distinct_pairs
     ]
     per_meta: dict[str, pa.Array] = {
-        "metric_description": pa.array([m.help or None for m, _ in distinct], pa.string()),
-        "metric_unit": pa.array([m.unit or None for m, _ in distinct], pa.string()),
+        "metric_description": pa.array([m.help or None for m, _ in distinct_pairs], pa.string()),
+        "metric_unit": pa.array([m.unit or None for m, _ in distinct_pairs], pa.string()),
         "metric_type": pa.array(["sum" if c else "gauge" for c in counter], pa.string()),
         "aggregation_temporality": pa.array([2 if c else None for c in counter], pa.int32()),
         "is_monotonic": pa.array([True if c else None for c in counter], pa.bool_()),
         "metric_metadata": pa.array(metadata_rows, _MAP),
     }
+    take_meta = pa.array(by_pair)
     columns: dict[str, pa.Array] = {
-        "metric_name": pa.array(names, pa.string()),
+        "metric_name": names,
         "series_id": series_ids(name_hash, point_hash, resource_hash),
         "attributes": attributes,
         "resource_attributes": resource,
         "service_name": service,
-        **{name: array.take(by_meta) for name, array in per_meta.items()},
+        **{name: array.take(take_meta) for name, array in per_meta.items()},
     }
     return pa.table(
         list(columns.values()),
         schema=pa.schema([METRICS_SCHEMA.field(name) for name in columns]),
     )
+
+
+def _one_per_equal(metas: list[Meta]) -> np.ndarray[Any, Any]:
+    """Per series, a number its metadata shares with every equal one: all zeros when every
+    series holds equal metadata (a request without any hands each the same object)."""
+    if not metas or metas.count(metas[0]) == len(metas):  # identity first: no hashing
+        return np.zeros(len(metas), dtype=np.int64)
+    index: dict[Meta, int] = {}
+    return np.fromiter((index.setdefault(m, len(index)) for m in metas), np.int64, len(metas))
 
 
 @functools.lru_cache(maxsize=8)

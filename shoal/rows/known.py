@@ -38,6 +38,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shoal.rows.columns import distinct
+
 _MAX_RUN_LOOKUPS = 8
 """Runs of consecutive rows a request's keys are followed through before the rest is
 looked up key by key (a shuffled request gives up after this many short runs)."""
@@ -138,23 +140,25 @@ class _Known:
 def _beside(
     known: _Known,
     rows: np.ndarray[Any, Any],
-    keys: pa.Array,
     missing: np.ndarray[Any, Any],
-    new_keys: list[bytes],
+    fresh: np.ndarray[Any, Any],
     built: pa.Table,
 ) -> tuple[pa.Table, np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """What :meth:`KnownSeries.rows` answers when the new series of a request are not kept:
     the cached rows (``rows``, found before; -1 at ``missing``) from the generation, the
-    new ones from ``built`` after them (the caller holds the lock: the two agree)."""
+    new ones (row ``fresh[i]`` of ``built`` for ``missing[i]``) after them (the caller
+    holds the lock: the two agree). A request that found none of its series in the
+    generation gets ``built`` alone."""
+    built_named = np.asarray(built.column("metric_name").is_valid(), dtype=np.bool_)
+    if len(missing) == len(rows):
+        return built, fresh, built_named[fresh]
     table = pa.concat_tables([known.table, built])
-    slot = {key: i for i, key in enumerate(new_keys)}
     out = rows.copy()
     found = out >= 0
-    fresh = [slot[key] for key in keys.take(pa.array(missing)).to_pylist()]
-    out[missing] = known.table.num_rows + np.asarray(fresh, dtype=np.int64)
+    out[missing] = known.table.num_rows + fresh
     named = np.empty(len(out), dtype=np.bool_)
     named[found] = known.named[out[found]]
-    named[missing] = np.asarray(built.column("metric_name").is_valid(), dtype=np.bool_)[fresh]
+    named[missing] = built_named[fresh]
     return table, out, named
 
 
@@ -226,29 +230,26 @@ class KnownSeries:
                 return known.table, rows, known.named[rows]
         else:
             missing = np.arange(len(keys))
-        first: dict[bytes, int] = {}
-        for position, key in zip(
-            missing.tolist(), keys.take(pa.array(missing)).to_pylist(), strict=True
-        ):
-            first.setdefault(key, position)
-        new_keys = list(first)
-        built = build(np.fromiter(first.values(), np.int64, len(first)))
+        missing_keys = keys.take(pa.array(missing))
+        fresh, first = distinct(missing_keys)  # per missing key, its new series
+        new_keys = missing_keys.take(pa.array(first))
+        built = build(missing[first])
         with self._lock:
             known = self._known
             due = self._clock() - self._started >= self.restart_every_s
             if known is not None and self._fits(known, new_keys, built):
-                known.add(new_keys, built)
+                known.add(new_keys.to_pylist(), built)
             elif known is not None and not due:
                 # full, and started over too recently: these series are not kept
                 if known is looked:
                     self.unkept += len(new_keys)
-                    return _beside(known, rows, keys, missing, new_keys, built)
+                    return _beside(known, rows, missing, fresh, built)
                 known = None  # another request started a generation: look again
             elif known is None or len(missing) == len(keys):
                 # empty, or full and this request needs nothing of it: a new generation
                 self.restarts += known is not None
                 self._started = self._clock()
-                known = _Known(built, pa.array(new_keys, pa.binary()))
+                known = _Known(built, new_keys)
                 self._known = known if self._fits(None, new_keys, built) else None
             else:
                 # full, and this request has series of the old generation too
@@ -259,10 +260,11 @@ class KnownSeries:
         rows = known.rows(keys)
         return known.table, rows, known.named[rows]
 
-    def _fits(self, known: _Known | None, keys: list[bytes], table: pa.Table) -> bool:
+    def _fits(self, known: _Known | None, keys: pa.Array, table: pa.Table) -> bool:
         series = len(keys) + (len(known.index) if known is not None else 0)
         nbytes = table.get_total_buffer_size() + (known.nbytes if known is not None else 0)
-        nbytes += _index_bytes(keys) + sum(map(len, keys)) + 4 * len(keys)  # index, Arrow keys
+        key_bytes = int(pc.sum(pc.binary_length(keys)).as_py() or 0)
+        nbytes += 2 * key_bytes + (ENTRY_BYTES + 4) * len(keys)  # index, Arrow keys
         return series <= self.max_series and nbytes <= self.max_bytes
 
 

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap, FrozenBitMap
 
+from shoal.arrays import unique
 from shoal.errors import StorageError
 from shoal.storage import faults
 from shoal.storage.place import Place
@@ -110,15 +111,15 @@ def compute(
     """
     buckets = to_buckets(time_us, bucket_s)
     if series is None or not len(buckets):
-        return Coverage(bucket_s, FrozenBitMap(np.unique(buckets)), {})
+        return Coverage(bucket_s, FrozenBitMap(unique(buckets)), {})
     codes, values = _codes(series)
     pairs = ((codes + 1).astype(np.uint64) << np.uint64(32)) | buckets.astype(np.uint64)
     first = np.ones(len(pairs), dtype=bool)
     first[1:] = pairs[1:] != pairs[:-1]
-    unique = np.unique(pairs[first])
-    code_of = (unique >> np.uint64(32)).astype(np.int64) - 1
-    bucket_of = (unique & _LOW).astype(np.uint32)
-    whole = FrozenBitMap(np.unique(bucket_of))  # every bucket is some series' bucket
+    distinct = unique(pairs[first])
+    code_of = (distinct >> np.uint64(32)).astype(np.int64) - 1
+    bucket_of = (distinct & _LOW).astype(np.uint32)
+    whole = FrozenBitMap(unique(bucket_of))  # every bucket is some series' bucket
     cuts = np.flatnonzero(np.diff(code_of)) + 1
     starts = np.concatenate([[0], cuts]).astype(np.int64)
     group_codes = code_of[starts]
@@ -131,14 +132,14 @@ def compute(
         named = series_keys(values.take(pa.array(group_codes[present]))).to_pylist()
         for i, text in zip(np.flatnonzero(present).tolist(), named, strict=True):
             texts[i] = str(text)
-    shared = _shared_bitmaps(bucket_of, starts, np.diff(starts, append=len(unique)))
+    shared = _shared_bitmaps(bucket_of, starts, np.diff(starts, append=len(distinct)))
     per_series: dict[str, FrozenBitMap] = {}
     if shared is not None:
         per_series = dict(zip(texts, shared, strict=True))
         if len(per_series) == len(texts):
             return Coverage(bucket_s, whole, per_series)
         per_series = {}  # two series with the same text (null and ""): merged below
-    bounds = [*starts.tolist(), len(unique)]
+    bounds = [*starts.tolist(), len(distinct)]
     for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         bitmap = FrozenBitMap(bucket_of[lo:hi])
         known = per_series.get(texts[i])
@@ -294,4 +295,4 @@ def coarsen(bm: BitMap | FrozenBitMap, factor: int) -> BitMap:
     if factor == 1:
         return BitMap(bm)
     values = np.asarray(bm.to_array(), dtype=np.int64) // factor
-    return BitMap(np.unique(values).astype(np.uint32))
+    return BitMap(unique(values).astype(np.uint32))

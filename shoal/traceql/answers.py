@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from shoal.arrays import unique
 from shoal.traceql import plan
 from shoal.traceql.evaluate import SpanFields
 from shoal.traceql.frame import ROOT_NOT_YET_RECEIVED, Frame
@@ -107,7 +108,7 @@ def search_answer(
         metrics["inspectedBytes"] = str(inspected_bytes)
     if len(rows) == 0:
         return {"traces": [], "metrics": metrics}
-    traces = np.unique(frame.trace[rows])
+    traces = unique(frame.trace[rows])
     order = np.lexsort((traces, -frame.trace_start[traces]))
     chosen = traces[order][:limit]
     keep = np.isin(frame.trace[rows], chosen)
