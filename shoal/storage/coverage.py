@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import itertools
 import json
 import struct
 import zlib
@@ -123,24 +122,24 @@ def compute(
     cuts = np.flatnonzero(np.diff(code_of)) + 1
     starts = np.concatenate([[0], cuts]).astype(np.int64)
     group_codes = code_of[starts]
-    # text of each group's series value, as storage names series (null is "")
-    present = group_codes >= 0
-    if present.all():
-        texts: list[str] = series_keys(values.take(pa.array(group_codes))).to_pylist()
-    else:
-        texts = [""] * len(group_codes)
-        named = series_keys(values.take(pa.array(group_codes[present]))).to_pylist()
-        for i, text in zip(np.flatnonzero(present).tolist(), named, strict=True):
-            texts[i] = str(text)
-    shared = _shared_bitmaps(bucket_of, starts, np.diff(starts, append=len(distinct)))
+    # text of each group's series value, as storage names series (null is ""), the groups
+    # in the order of their texts, which :func:`encode` writes them in: its sort is then
+    # one pass, not a sort of a flush's every series in one call that holds the
+    # interpreter lock (a quarter of a million series: about 0.1 s)
+    text_array = series_keys(values.take(pa.array(group_codes, mask=group_codes < 0)))
+    by_text = pc.sort_indices(text_array)
+    texts: list[str] = text_array.take(by_text).to_pylist()
+    order = by_text.to_numpy()
+    ends = np.append(starts[1:], len(distinct))
+    shared = _shared_bitmaps(bucket_of, starts, ends - starts)
+    starts, ends = starts[order], ends[order]
     per_series: dict[str, FrozenBitMap] = {}
     if shared is not None:
-        per_series = dict(zip(texts, shared, strict=True))
+        per_series = dict(zip(texts, [shared[i] for i in order.tolist()], strict=True))
         if len(per_series) == len(texts):
             return Coverage(bucket_s, whole, per_series)
         per_series = {}  # two series with the same text (null and ""): merged below
-    bounds = [*starts.tolist(), len(distinct)]
-    for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+    for i, (lo, hi) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
         bitmap = FrozenBitMap(bucket_of[lo:hi])
         known = per_series.get(texts[i])
         per_series[texts[i]] = bitmap if known is None else known | bitmap
@@ -212,12 +211,25 @@ def encode(cov: Coverage) -> bytes:
         if blob is None:
             blob = serialized[id(bitmap)] = bitmap.serialize()
         blobs.append(blob)
-    header = json.dumps(
-        {"bucket_s": cov.bucket_s, "sizes": [len(b) for b in blobs], "series": keys},
-        separators=(",", ":"),
-    ).encode()
+    sizes, series = _json_list([len(b) for b in blobs]), _json_list(keys)
+    header = f'{{"bucket_s":{int(cov.bucket_s)},"sizes":{sizes},"series":{series}}}'.encode()
     body = b"".join([MAGIC, _U32.pack(len(header)), header, *blobs])
     return body + _U32.pack(zlib.crc32(body))
+
+
+_JSON_SLICE = 8192
+"""Items :func:`_json_list` hands ``json.dumps`` at once."""
+
+
+def _json_list(items: list[Any]) -> str:
+    """``json.dumps(items)`` (no spaces), made a slice at a time: one call over a flush's
+    quarter of a million series held the interpreter lock for about 0.15 s, and ingest
+    waited for it."""
+    parts = (
+        json.dumps(items[i : i + _JSON_SLICE], separators=(",", ":"))[1:-1]
+        for i in range(0, len(items), _JSON_SLICE)
+    )
+    return "[" + ",".join(parts) + "]"
 
 
 def decode(data: bytes) -> Coverage:
