@@ -31,15 +31,14 @@ def _labels(series: list[SeriesLabels]) -> Labels:
 
 
 def _resource(job: str | None, instance: str | None) -> list[tuple[str, str]]:
-    items = []
-    if job:
-        namespace, name = job.split("/", 1) if "/" in job else ("", job)
-        items.append(("service.name", name))
-        if namespace:
-            items.append(("service.namespace", namespace))
+    found: dict[str, str] = {}
+    if job:  # "namespace/name", or a name alone; a name may be empty ("ns/")
+        *namespace, found["service.name"] = job.split("/", 1)
+        if namespace and namespace[0]:
+            found["service.namespace"] = namespace[0]
     if instance:
-        items.append(("service.instance.id", instance))
-    return sorted(items)
+        found["service.instance.id"] = instance
+    return sorted(found.items())
 
 
 def _one(pairs: SeriesLabels, meta: Meta) -> dict[str, Any]:
@@ -76,7 +75,9 @@ def _one(pairs: SeriesLabels, meta: Meta) -> dict[str, Any]:
 
 
 LABEL_NAMES = st.sampled_from(["__name__", "job", "instance", "mode", "le", "zone", "ä"])
-LABEL_VALUES = st.sampled_from(["", "up", "node", "shop/api", "a/b/c", "h1:9100", "idle", "é"])
+LABEL_VALUES = st.sampled_from(
+    ["", "up", "node", "shop/api", "a/b/c", "/x", "ns/", "h1:9100", "idle", "é"]
+)
 SERIES = st.lists(
     st.dictionaries(LABEL_NAMES, LABEL_VALUES, max_size=5).map(lambda d: list(d.items())),
     max_size=12,
