@@ -63,8 +63,16 @@ object's header (33), the row as an ``int`` (28), the dict's slot and its share 
 table's spare room (about 70)."""
 
 
-def _index_bytes(keys: list[bytes]) -> int:
+def _index_bytes(keys: list[bytes] | pa.Array) -> int:
+    """What the index's Python objects hold for ``keys`` (a list, or an Arrow binary array
+    of them not yet listed)."""
+    if isinstance(keys, pa.Array):
+        return _key_bytes(keys) + ENTRY_BYTES * len(keys)
     return sum(map(len, keys)) + ENTRY_BYTES * len(keys)
+
+
+def _key_bytes(keys: pa.Array) -> int:
+    return int(pc.sum(pc.binary_length(keys)).as_py() or 0)
 
 
 class _Known:
@@ -263,8 +271,7 @@ class KnownSeries:
     def _fits(self, known: _Known | None, keys: pa.Array, table: pa.Table) -> bool:
         series = len(keys) + (len(known.index) if known is not None else 0)
         nbytes = table.get_total_buffer_size() + (known.nbytes if known is not None else 0)
-        key_bytes = int(pc.sum(pc.binary_length(keys)).as_py() or 0)
-        nbytes += 2 * key_bytes + (ENTRY_BYTES + 4) * len(keys)  # index, Arrow keys
+        nbytes += _index_bytes(keys) + _key_bytes(keys) + 4 * len(keys)  # index, Arrow keys
         return series <= self.max_series and nbytes <= self.max_bytes
 
 
