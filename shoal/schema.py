@@ -207,6 +207,9 @@ class TableSpec:
     series_columns: tuple[str, ...] = ()
     index_columns: tuple[str, ...] = ()
     index_time_column: str = "time_unix_nano"
+    label_columns: tuple[str, ...] = ()
+    """Columns the series key is a hash of, so the same in every row of a series (SQL
+    aggregates by them per series first: :mod:`shoal.sql.series_first`)."""
     lookup_column: str | None = None
     """A column whose values each file keeps a filter of, so that the files holding one
     value are found without reading them (the spans' ``trace_id``)."""
@@ -233,6 +236,7 @@ METRICS = TableSpec(
         "explicit_bounds",
         "quantile_values",
     ),
+    label_columns=("metric_name", "attributes", "resource_attributes"),
 )
 LOGS = TableSpec(
     name="logs",

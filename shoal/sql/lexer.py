@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from shoal.errors import ShoalError
 
@@ -109,33 +110,53 @@ def tokens(sql: str) -> Iterator[str]:
     """Words (lower-cased), operator runs, numbers and ``( ) ,`` of the code of ``sql``;
     a string literal is one token ``''``, a quoted identifier ``""``; comments are left
     out. Never raises: an unterminated quote runs to the end."""
+    for token in located(sql):
+        if token.text not in _MARKS:
+            yield token.text
+
+
+class Token(NamedTuple):
+    """A token of :func:`located`: ``sql[start:end]`` is its text as written."""
+
+    start: int
+    end: int
+    text: str
+    """As :func:`tokens` gives it (words lower-cased, ``''`` for a string literal, ``""``
+    for a quoted identifier), or one of ``. [ ] ; :``."""
+
+
+_MARKS = frozenset(".[];:")
+"""Characters :func:`located` gives as tokens of their own and :func:`tokens` leaves out."""
+
+
+def located(sql: str) -> Iterator[Token]:
+    """The tokens of :func:`tokens` with where each stands in ``sql``, and the marks
+    ``. [ ] ; :`` (outside numbers) as tokens too. Never raises."""
     for start, end, code in spans(sql, strict=False):
         if not code:
             first = sql[start]
             if first == '"':
-                yield '""'
+                yield Token(start, end, '""')
             elif first in "'eE$":
-                yield "''"
+                yield Token(start, end, "''")
             continue
         yield from _code_tokens(sql, start, end)
 
 
-def _code_tokens(sql: str, i: int, n: int) -> Iterator[str]:
+def _code_tokens(sql: str, i: int, n: int) -> Iterator[Token]:
     while i < n:
         ch = sql[i]
+        start = i
         if ch in OPERATOR_CHARS:
-            start = i
             i += 1
             while i < n and sql[i] in OPERATOR_CHARS:
                 i += 1
-            yield sql[start:i]
+            yield Token(start, i, sql[start:i])
         elif ch.isalpha() or ch == "_":
-            start = i
             while i < n and (sql[i].isalnum() or sql[i] in "_$"):
                 i += 1
-            yield sql[start:i].lower()
+            yield Token(start, i, sql[start:i].lower())
         elif ch.isdigit():
-            start = i
             while i < n and (sql[i].isdigit() or sql[i] == "."):
                 i += 1
             if i < n and sql[i] in "eE":
@@ -144,10 +165,10 @@ def _code_tokens(sql: str, i: int, n: int) -> Iterator[str]:
                     i = j
                     while i < n and sql[i].isdigit():
                         i += 1
-            yield sql[start:i]
-        elif ch in "(),":
-            yield ch
+            yield Token(start, i, sql[start:i])
+        elif ch in "()," or ch in _MARKS:
             i += 1
+            yield Token(start, i, ch)
         else:
             i += 1
 
@@ -158,7 +179,8 @@ def identifiers(sql: str) -> set[str]:
     found: set[str] = set()
     for start, end, code in spans(sql, strict=False):
         if code:
-            found.update(t for t in _code_tokens(sql, start, end) if t[0].isalpha() or t[0] == "_")
+            words = (t.text for t in _code_tokens(sql, start, end))
+            found.update(w for w in words if w[0].isalpha() or w[0] == "_")
         elif sql[start] == '"':
             found.add(sql[start + 1 : end - 1].replace('""', '"').lower())
     return found

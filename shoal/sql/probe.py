@@ -24,7 +24,8 @@ import pyarrow as pa
 from datafusion import SessionContext, SQLOptions
 
 from shoal.sql.lexer import identifiers
-from shoal.sql.prune import TableRead, table_reads
+from shoal.sql.prune import TableRead, always, table_reads
+from shoal.storage.runs import TimeRange
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,26 @@ class TimeProbe:
             logger.warning("time bounds not read from a plan; every file is kept", exc_info=True)
             return {}
         return {name: read for name, read in found.items() if name in tables}
+
+    def always(
+        self,
+        table: str,
+        schema: pa.Schema,
+        time_column: str,
+        condition: str,
+        span: TimeRange,
+        options: SQLOptions,
+    ) -> bool:
+        """Whether ``condition`` on ``table`` holds for every row whose time lies in
+        ``span`` (see :func:`shoal.sql.prune.always`); False for what cannot be planned."""
+        self._register({table: (schema, time_column)})
+        try:
+            sql = f"SELECT 1 FROM {table} WHERE {condition}"
+            plan = self.ctx.sql_with_options(sql, options).optimized_logical_plan()
+            return always(plan, time_column, span)
+        except Exception as exc:  # keeping the condition is always right
+            logger.debug("probe of a condition failed: %s", exc)
+            return False
 
 
 def _names_a_time_column(sql: str, columns: Iterable[str]) -> bool:

@@ -62,7 +62,7 @@ def scans(plan: LogicalPlan) -> Iterator[Any]:
         stack.extend(node.inputs())
 
 
-def _timestamp_us(expr: Expr, *, upper: bool) -> int | None:
+def _literal_us(expr: Expr, *, upper: bool) -> int | None:
     """A timestamp literal in microseconds (rounded outwards), or None."""
     literal = variant(expr)
     if _kind(literal) != "Literal":
@@ -100,9 +100,15 @@ def _narrow(bounds: Bounds, op: str, us: int) -> Bounds:
     return lo, hi
 
 
-def _time_terms(expr: Expr, time_column: str) -> list[tuple[str, int]] | None:
+def _time_terms(expr: Expr, time_column: str, exact: bool = False) -> list[tuple[str, int]] | None:
     """The ``(op, microseconds)`` bounds the conjunct ``expr`` puts on ``time_column``;
-    None when it is not a comparison of that column with timestamp literals."""
+    None when it is not a comparison of that column with timestamp literals (``exact``:
+    literals of whole microseconds, not rounded)."""
+
+    def _timestamp_us(literal: Expr, *, upper: bool) -> int | None:
+        us = _literal_us(literal, upper=upper)
+        return None if exact and us != _literal_us(literal, upper=not upper) else us
+
     node = variant(expr)
     kind = _kind(node)
     if kind == "BinaryExpr":
@@ -140,6 +146,46 @@ def scan_terms(filters: list[Expr], time_column: str) -> tuple[Bounds, bool]:
         for op, us in terms:
             bounds = _narrow(bounds, op, us)
     return bounds, time_only
+
+
+def always(plan: LogicalPlan, time_column: str, span: TimeRange) -> bool:
+    """Whether the condition of ``plan`` (one table's rows filtered by one condition) holds
+    for every row whose time lies in ``span``: all of it compares ``time_column`` with
+    timestamp literals of whole microseconds, and every time in ``span`` meets each
+    comparison (a strict one strictly)."""
+    filters = [found for node in _nodes(plan) if _kind(found := variant(node)) == "Filter"]
+    if len(filters) != 1 or _SUBQUERY.search(plan.display_indent()):
+        return False
+    lo, hi = span
+    test = {
+        ">=": lambda us: lo >= us,
+        ">": lambda us: lo > us,
+        "<=": lambda us: hi <= us,
+        "<": lambda us: hi < us,
+        "=": lambda us: lo == us == hi,
+    }
+    for conjunct in _conjuncts(filters[0].predicate()):
+        terms = _time_terms(conjunct, time_column, exact=True)
+        if terms is None or not all(test[op](us) for op, us in terms):
+            return False
+    return True
+
+
+def _nodes(plan: LogicalPlan) -> Iterator[LogicalPlan]:
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.inputs())
+
+
+def _conjuncts(expr: Expr) -> Iterator[Expr]:
+    node = variant(expr)
+    if _kind(node) == "BinaryExpr" and node.op().upper() == "AND":
+        yield from _conjuncts(node.left())
+        yield from _conjuncts(node.right())
+    else:
+        yield expr
 
 
 def scan_bounds(filters: list[Expr], time_column: str) -> Bounds:

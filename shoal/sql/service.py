@@ -36,7 +36,7 @@ from datafusion import RecordBatchStream
 
 from shoal.config import Config
 from shoal.errors import QueryError, QueryLimitError
-from shoal.sql import admission, limits, work
+from shoal.sql import admission, limits, series_plan, work
 from shoal.sql.cost import sql_shape
 from shoal.sql.limits import Limits
 from shoal.sql.sessions import ParquetViewCache, SessionPool, TenantSession, sql_options
@@ -75,6 +75,7 @@ class _Planned:
     schema: pa.Schema
     stream: RecordBatchStream | None
     session: TenantSession
+    per_series: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,9 +108,12 @@ class QueryResult:
         limits: Limits,
         release: Any,
         prepared: Prepared,
+        per_series: bool = False,
     ) -> None:
         self.schema = schema
         self.prepared = prepared
+        self.per_series = per_series
+        """Whether the query ran per series first (:mod:`shoal.sql.series_plan`)."""
         self.truncated = False
         self.rows = 0
         self._stream: RecordBatchStream | None = stream
@@ -216,8 +220,16 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 class QueryService:
     """What the SQL endpoint and ``shoal sql`` call. Safe to share across tasks and threads."""
 
-    def __init__(self, reader: TenantReader, limits: Limits | Config | None = None) -> None:
+    def __init__(
+        self,
+        reader: TenantReader,
+        limits: Limits | Config | None = None,
+        series_first: bool = True,
+    ) -> None:
         self.reader = reader
+        self.series_first = series_first
+        """Whether aggregations by labels over many rows run per series first
+        (:mod:`shoal.sql.series_plan`)."""
         if isinstance(limits, Config):
             limits = limits_from_config(limits)
         self.limits = limits or Limits()
@@ -298,7 +310,16 @@ class QueryService:
             ctx = session.load(
                 prepared.view, self.cache, self.reader.coalescer, only=only, reads=reads
             )
-            frame = ctx.sql_with_options(prepared.sql, sql_options())
+            rewritten = None
+            if self.series_first:
+                rewritten = series_plan.plan(
+                    session, prepared.view, prepared.sql, reads, self.reader.view_series
+                )
+            if rewritten is None:
+                frame = ctx.sql_with_options(prepared.sql, sql_options())
+                declared = None
+            else:
+                frame, declared = rewritten
             if sql_shape(prepared.sql).relations > 1:
                 limits.check_join_pairs(
                     work.nested_loop_pairs(frame.optimized_logical_plan(), session.rows),
@@ -307,7 +328,8 @@ class QueryService:
             if type(frame.logical_plan().to_variant()).__name__ not in _ROOT_ONLY_PLANS:
                 # Let DataFusion stop (and sort with a top-k) once the row cap is exceeded.
                 frame = frame.limit(caps.max_rows + 1)
-            schema = frame.schema()
+            # a query run per series first answers with the columns it has as written
+            schema = frame.schema() if declared is None else declared
             if abandoned.is_set():
                 # past its time limit already: starting it would run work nobody reads
                 return _Planned(schema, None, session)
@@ -315,7 +337,7 @@ class QueryService:
         except Exception as exc:
             self.sessions.release(session)
             raise limits.translate(exc, self.limits) from exc
-        return _Planned(schema, stream, session)
+        return _Planned(schema, stream, session, per_series=declared is not None)
 
     async def execute(self, prepared: Prepared, max_rows: int | None = None) -> QueryResult:
         """Plan ``prepared`` and start it; errors here come before any response byte.
@@ -394,7 +416,9 @@ class QueryService:
         session_box.append(planned.session)
         stream, planned.stream = planned.stream, None
         assert stream is not None
-        return QueryResult(planned.schema, stream, deadline, caps, release, prepared)
+        return QueryResult(
+            planned.schema, stream, deadline, caps, release, prepared, planned.per_series
+        )
 
     async def run(
         self, tenant: str, sql: str, as_of: AsOf | None = None

@@ -40,7 +40,7 @@ from shoal.sql.links import LinkDirs, chunks
 from shoal.sql.probe import TimeProbe
 from shoal.sql.prune import Bounds, TableRead, meets, within
 from shoal.storage.lru import Lru
-from shoal.storage.runs import BatchCoalescer, Level, Loose
+from shoal.storage.runs import BatchCoalescer, Level, Loose, TimeRange
 from shoal.storage.types import ScanFile
 from shoal.storage.view import TableInput, TenantView
 
@@ -191,7 +191,7 @@ def register_tables(
     coalescer: BatchCoalescer | None = None,
     only: Iterable[str] | None = None,
     reads: Mapping[str, TableRead] | None = None,
-) -> tuple[list[str], dict[str, tuple[str, str]], dict[str, int]]:
+) -> tuple[list[str], dict[str, tuple[str, str]], dict[str, int], dict[str, TimeRange | None]]:
     """Register the tenant's tables in ``ctx``, each Parquet UNION ALL the unflushed rows.
 
     ``only`` limits registration to the tables a query names (it can read no others);
@@ -201,12 +201,14 @@ def register_tables(
     when nothing but those bounds filters it and every file lies inside them, its files
     are read without Parquet filter pushdown (see :func:`wants_pushdown`). Returns the
     names registered, per scan of committed files its table and time column, and per
-    table the rows loaded (files and unflushed batches, an upper bound of what it reads).
+    table the rows loaded (files and unflushed batches, an upper bound of what it reads)
+    and the span of time of what it loaded (None when a batch's span is unknown).
     """
     wanted = None if only is None else set(only)
     names: list[str] = []
     owners: dict[str, tuple[str, str]] = {}
     rows: dict[str, int] = {}
+    spans: dict[str, TimeRange | None] = {}
     for name, table in view.tables.items():
         if wanted is not None and name not in wanted:
             continue
@@ -224,15 +226,16 @@ def register_tables(
                 files=_local(view, table, chosen),
                 pushdown=wants_pushdown(read, chosen),
             )
-        rows[name] = table.unflushed_rows + sum(
-            f.rows for f in (table.files if files is None else files)
-        )
+        loaded = table.files if files is None else files
+        rows[name] = table.unflushed_rows + sum(f.rows for f in loaded)
         if parquet is not None:
             frames.append(ctx.read_table(parquet[0]))
             owners.update((scan, (name, table.time_column)) for scan in parquet[1])
         if coalescer is not None and not table.batches and view.as_of is None:
             coalescer.forget(view.tenant, name)  # all flushed: keep no copies of its rows
-        frames.extend(_unflushed_frames(ctx, view.tenant, table, coalescer, limit))
+        fresh, fresh_spans = _unflushed_frames(ctx, view.tenant, table, coalescer, limit)
+        frames.extend(fresh)
+        spans[name] = _span([(f.min_time_us, f.max_time_us) for f in loaded] + fresh_spans)
         if not frames:
             frames.append(ctx.read_batches([pa.RecordBatch.from_pylist([], schema=table.schema)]))
         frame = frames[0]
@@ -240,7 +243,18 @@ def register_tables(
             frame = frame.union(recent)
         ctx.register_view(name, frame)
         names.append(name)
-    return names, owners, rows
+    return names, owners, rows, spans
+
+
+def _span(spans: Sequence[TimeRange | None]) -> TimeRange | None:
+    """The span of all of ``spans`` (empty ones, ``(1, 0)``, left out); None when one is
+    unknown."""
+    if any(s is None for s in spans):
+        return None
+    known = [s for s in spans if s is not None and s[0] <= s[1]]
+    if not known:
+        return (1, 0)
+    return min(s[0] for s in known), max(s[1] for s in known)
 
 
 def _local(view: TenantView, table: TableInput, files: Sequence[ScanFile]) -> list[ScanFile]:
@@ -257,13 +271,13 @@ def _unflushed_frames(
     table: TableInput,
     coalescer: BatchCoalescer | None,
     bounds: Bounds | None = None,
-) -> list[DataFrame]:
+) -> tuple[list[DataFrame], list[TimeRange | None]]:
     """The unflushed batches of ``table`` as frames of ``ctx``: one per run length of
     complete LSN runs (its DataFusion table made once per change, kept with the level)
-    and one for the rest. Levels and batches whose time range misses ``bounds`` are left
-    out."""
+    and one for the rest, with the time span of each. Levels and batches whose time
+    range misses ``bounds`` are left out."""
     if not table.batches:
-        return []
+        return [], []
     column = table.time_column
     if coalescer is None or not table.lsns:
         loose = Loose(list(table.batches))
@@ -271,20 +285,23 @@ def _unflushed_frames(
     else:
         levels, loose = coalescer.levels(tenant, table.name, table.lsns, table.batches)
     frames: list[DataFrame] = []
+    spans: list[TimeRange | None] = []
     for level in levels:
         if bounds is not None and not meets(level.time_range(column), bounds):
             continue
+        spans.append(level.time_range(column))
         derived = level.derived
         if not isinstance(derived, Table):
             derived = _RUN_BUILDER.read_batches(level.batches).into_view()
             level.derived = derived
         frames.append(ctx.read_table(derived))
-    rest = loose.batches
+    kept = list(zip(loose.batches, loose.ranges(column), strict=True))
     if bounds is not None:
-        rest = [b for b, r in zip(rest, loose.ranges(column), strict=True) if meets(r, bounds)]
-    if rest:
-        frames.append(ctx.read_batches(few_batches(rest)))
-    return frames
+        kept = [(b, r) for b, r in kept if meets(r, bounds)]
+    if kept:
+        frames.append(ctx.read_batches(few_batches([b for b, _ in kept])))
+        spans.extend(r for _, r in kept)
+    return frames, spans
 
 
 SMALL_LOOSE_ROWS = 65_536
@@ -367,6 +384,8 @@ class TenantSession:
         """Per scan of committed files in the loaded tables: its table and time column."""
         self.rows: dict[str, int] = {}
         """Per loaded table, the rows loaded for the query."""
+        self.spans: dict[str, TimeRange | None] = {}
+        """Per loaded table, the span of time of what was loaded (see register_tables)."""
 
     def reads(self, view: TenantView, sql: str, only: Iterable[str]) -> dict[str, TableRead]:
         """How ``sql`` reads the tables of ``view`` named in ``only`` (see the probe)."""
@@ -387,10 +406,15 @@ class TenantSession:
         if view.tenant != self.tenant:
             raise ValueError("a session serves one tenant only")
         self.clear()
-        self._names, self.owners, self.rows = register_tables(
+        self._names, self.owners, self.rows, self.spans = register_tables(
             self.ctx, view, cache, coalescer, only, reads
         )
         return self.ctx
+
+    def register(self, name: str, table: pa.Table) -> None:
+        """``table`` under ``name`` for the query at hand (dropped by :meth:`clear`)."""
+        self.ctx.register_record_batches(name, [table.to_batches()])
+        self._names.append(name)
 
     def clear(self) -> None:
         for name in self._names:
@@ -398,6 +422,7 @@ class TenantSession:
         self._names = []
         self.owners = {}
         self.rows = {}
+        self.spans = {}
 
 
 class SessionPool:

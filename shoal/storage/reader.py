@@ -22,7 +22,7 @@ from shoal.storage import lookup, samples
 from shoal.storage.cache import FileCache
 from shoal.storage.runs import BatchCoalescer
 from shoal.storage.unflushed import UnflushedSource
-from shoal.storage.view import AsOf, TenantView, collect_view, series_in_range
+from shoal.storage.view import AsOf, TenantView, collect_view, series_in_range, view_series
 
 if TYPE_CHECKING:
     from shoal.storage.store import TableStore
@@ -62,6 +62,13 @@ class TenantReader:
         """One row per series of ``table`` seen in ``[start_ns, end_ns]``, from the series
         index: no scan of the data. Blocking, a few milliseconds."""
         return series_in_range(self.catalog, self.unflushed, tenant, table, start_ns, end_ns)
+
+    def view_series(
+        self, view: TenantView, table: str, start_ns: int | None, end_ns: int | None
+    ) -> pa.Table:
+        """The series of exactly ``view``'s ``table`` seen in ``[start_ns, end_ns]``, from
+        the series index (strings dictionary-encoded)."""
+        return view_series(self.catalog, view, table, start_ns, end_ns)
 
     def metric_rows(
         self,

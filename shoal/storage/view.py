@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from shoal.errors import QueryError, StorageError, TableNotFoundError
-from shoal.schema import SIGNAL_TABLES
+from shoal.schema import SIGNAL_TABLES, TableSpec
 from shoal.storage import series_rows as index
 from shoal.storage.types import ScanFile, TableSnapshot
 from shoal.storage.unflushed import LsnBatch, UnflushedSource
@@ -219,16 +219,45 @@ def series_in_range(
     index columns, ``first_ns`` and ``last_ns``, from the series index of its files and
     its unflushed batches (the same protocol as :func:`collect_view`; a table not created
     yet is summarised from its batches alone)."""
+    spec = _indexed(table)
+    pending = list(unflushed.batches(tenant).get(table, ())) if unflushed is not None else []
+    handle = _handle(catalog, tenant, table, set(catalog.tables(tenant)))
+    if handle is None:
+        return _summarized(spec, pending, start_ns, end_ns)
+    snap = handle.snapshot()
+    return handle.series(snap, unflushed_above(pending, snap.committed_lsn), start_ns, end_ns)
+
+
+def view_series(
+    catalog: TableStore, view: TenantView, table: str, start_ns: int | None, end_ns: int | None
+) -> pa.Table:
+    """As :func:`series_in_range`, for exactly the files and unflushed batches of
+    ``view``'s ``table`` (its strings dictionary-encoded, as the index holds them)."""
+    spec = _indexed(table)
+    read = view.tables[table]
+    batches = [LsnBatch(lsn, b) for lsn, b in zip(read.lsns, read.batches, strict=True)]
+    handle = _handle(catalog, view.tenant, table, set(catalog.tables(view.tenant)))
+    if handle is None or read.version < 0:
+        return index.hold(_summarized(spec, batches, start_ns, end_ns))
+    snap = TableSnapshot(
+        view.tenant, table, read.version, read.committed_lsn, read.files, read.schema,
+        read.time_column,
+    )  # fmt: skip
+    return handle.series(snap, batches, start_ns, end_ns)
+
+
+def _indexed(table: str) -> TableSpec:
     spec = SIGNAL_TABLES.get(table)
     if spec is None or not spec.index_columns:
         raise QueryError(f"table {table!r} keeps no series index")
-    pending = list(unflushed.batches(tenant).get(table, ())) if unflushed is not None else []
-    handle = _handle(catalog, tenant, table, set(catalog.tables(tenant)))
-    if handle is not None:
-        snap = handle.snapshot()
-        return handle.series(snap, unflushed_above(pending, snap.committed_lsn), start_ns, end_ns)
+    return spec
+
+
+def _summarized(
+    spec: TableSpec, batches: Sequence[LsnBatch], start_ns: int | None, end_ns: int | None
+) -> pa.Table:
     schema = index.index_schema(spec)
-    rows = [b.batch for b in pending if b.batch.num_rows]
+    rows = [b.batch for b in batches if b.batch.num_rows]
     if not rows:
         return schema.empty_table()
     found = index.summarize(pa.Table.from_batches(rows), spec, schema)
