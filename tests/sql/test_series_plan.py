@@ -24,6 +24,7 @@ from shoal.sql import series_plan
 from shoal.sql.limits import Limits
 from shoal.sql.service import QueryService
 from shoal.storage.reader import TenantReader
+from shoal.storage.view import AsOf
 
 from .helpers import BASE_US, HOUR_US, Harness
 
@@ -170,6 +171,17 @@ def _same(written: pa.Table, per_series: pa.Table, ordered: bool) -> None:
                 assert u == v, (name, u, v)
 
 
+def _compare(
+    services: tuple[QueryService, QueryService], sql: str, ordered: bool
+) -> tuple[pa.Table, pa.Table]:
+    """The query's answer as written and per series first (which it must have run)."""
+    written, _ = _run(services[0], sql)
+    per_series, used = _run(services[1], sql)
+    assert used, sql
+    _same(written, per_series, ordered)
+    return written, per_series
+
+
 def _run(service: QueryService, sql: str) -> tuple[pa.Table, bool]:
     import asyncio
 
@@ -206,10 +218,7 @@ def test_the_bench_query_and_its_labels(
         "FROM metrics WHERE timestamp >= TIMESTAMP '2026-01-01T00:00:00Z' AND timestamp < "
         "TIMESTAMP '2026-01-02T00:00:00Z' GROUP BY metric_name, host ORDER BY metric_name, host"
     )
-    written, _ = _run(services[0], sql)
-    per_series, used = _run(services[1], sql)
-    assert used
-    _same(written, per_series, ordered=True)
+    written, per_series = _compare(services, sql, ordered=True)
     assert written.num_rows == 12  # 3 names x 4 hosts
     assert sum(per_series.column("n").to_pylist()) == 2100
 
@@ -218,12 +227,9 @@ def test_unnamed_columns_keep_their_names(
     services: tuple[QueryService, QueryService], everywhere: None
 ) -> None:
     sql = "SELECT attributes['zone'], count(*), avg(value) FROM metrics GROUP BY 1"
-    written, _ = _run(services[0], sql)
-    per_series, used = _run(services[1], sql)
-    assert used
+    written, per_series = _compare(services, sql, ordered=False)
     assert per_series.column_names == written.column_names
     assert None in per_series.column(0).to_pylist()  # series without a zone: one group
-    _same(written, per_series, ordered=False)
 
 
 def test_an_empty_range_counts_nothing(
@@ -275,10 +281,26 @@ def test_time_bounds_at_the_edge_of_the_rows(
             "SELECT metric_name, attributes['host'] AS host, count(*) AS n, "
             f"avg(value) AS avg FROM metrics WHERE {condition} GROUP BY metric_name, host"
         )
-        written, _ = _run(services[0], sql)
-        per_series, used = _run(services[1], sql)
-        assert used
-        _same(written, per_series, ordered=False)
+        _, per_series = _compare(services, sql, ordered=False)
         totals[name] = sum(per_series.column("n").to_pylist())
     assert totals["all"] == 2100
     assert totals["strict"] < totals["all"]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_version_is_read_with_its_own_series(
+    services: tuple[QueryService, QueryService], everywhere: None, version: int
+) -> None:
+    """Time travel reads the files of an older version (and no unflushed rows): the labels
+    joined are those of that version's series, and the counts are that version's."""
+    import asyncio
+
+    sql = "SELECT metric_name, attributes['host'] AS host, count(*) AS n FROM metrics GROUP BY 1, 2"
+    answers = []
+    for service in services:
+        table, result = asyncio.run(service.run(TENANT, sql, AsOf(version=version)))
+        answers.append((table, result.per_series))
+    (written, plain_used), (per_series, used) = answers
+    assert not plain_used and used
+    _same(written, per_series, ordered=False)
+    assert sum(per_series.column("n").to_pylist()) == 700 * version
