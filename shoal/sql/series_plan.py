@@ -21,7 +21,7 @@ from datafusion import DataFrame, SessionContext
 from shoal.errors import ShoalError
 from shoal.schema import SIGNAL_TABLES, TableSpec
 from shoal.sql.prune import TableRead
-from shoal.sql.series_first import SERIES_TABLE, Shape, rewrite
+from shoal.sql.series_first import SERIES_TABLE, Rewritten, Shape, rewrite
 from shoal.sql.sessions import TenantSession, sql_options
 from shoal.storage.series_rows import plain
 from shoal.storage.view import TableInput, TenantView
@@ -88,9 +88,24 @@ def plan(
         if pc.count_distinct(labels.column(key)).as_py() != labels.num_rows:
             logger.warning("series index of %s holds a series key twice", name)
             return None
-        kept = [c for c in rewritten.rows if not _holds(session, view.tables[name], c)]
-        return _frames(session, sql, rewritten.sql(kept), labels)
+        return _frames(
+            session, sql, rewritten.sql(_needed(session, view.tables[name], rewritten)), labels
+        )
     return None
+
+
+def _needed(session: TenantSession, table: TableInput, rewritten: Rewritten) -> list[str]:
+    """The per-series query's conditions on rows, but those that hold for every row loaded.
+    Conditions of literals alone are tried together first (one probe plan for the usual
+    time range), then one by one."""
+    fixed = [c for c, f in zip(rewritten.rows, rewritten.fixed, strict=True) if f]
+    if not fixed:
+        return list(rewritten.rows)
+    if _holds(session, table, " AND ".join(fixed)):
+        return [c for c in rewritten.rows if c not in fixed]
+    if len(fixed) == 1:
+        return list(rewritten.rows)
+    return [c for c in rewritten.rows if c not in fixed or not _holds(session, table, c)]
 
 
 def _holds(session: TenantSession, table: TableInput, condition: str) -> bool:

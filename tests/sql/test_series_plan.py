@@ -304,3 +304,30 @@ def test_an_older_version_is_read_with_its_own_series(
     assert not plain_used and used
     _same(written, per_series, ordered=False)
     assert sum(per_series.column("n").to_pylist()) == 700 * version
+
+
+def test_the_current_time_is_never_left_out(
+    services: tuple[QueryService, QueryService],
+    everywhere: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``now()`` is folded to another instant each time a query is planned: a condition
+    that names it stays in the per-series query even when every row loaded meets it,
+    while a literal bound that every row meets is left out."""
+    texts: list[str] = []
+    frames = series_plan._frames
+
+    def keep(session: Any, sql: str, text: str, labels: pa.Table) -> Any:
+        texts.append(text)
+        return frames(session, sql, text, labels)
+
+    monkeypatch.setattr(series_plan, "_frames", keep)
+    sql = (
+        "SELECT metric_name, count(*) AS n FROM metrics WHERE timestamp >= TIMESTAMP "
+        "'2025-01-01T00:00:00Z' AND timestamp < now() + INTERVAL '1 day' GROUP BY metric_name"
+    )
+    _, per_series = _compare(services, sql, ordered=False)
+    assert sum(per_series.column("n").to_pylist()) == 2100
+    partial = texts[-1].split(" GROUP BY series_id")[0]
+    assert "now()" in partial
+    assert "2025-01-01" not in partial
