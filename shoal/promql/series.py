@@ -133,8 +133,12 @@ def to_series(
     flags = np.asarray(table.column("flags").to_numpy(), dtype=np.int64)
     # per series below: views into these, computed once for all rows
     tms = tns // 1_000_000
-    stale_all = ((flags & STALE_FLAG) != 0)[order]  # a byte per row to gather, not eight
-    has_stale = np.logical_or.reduceat(stale_all, starts).tolist()
+    stale_rows = (flags & STALE_FLAG) != 0
+    if stale_rows.any():  # stale markers are rare: most reads gather nothing for them
+        stale_all = stale_rows[order]  # a byte per row to gather, not eight
+        has_stale = np.logical_or.reduceat(stale_all, starts).tolist()
+    else:
+        stale_all, has_stale = stale_rows, [False] * len(starts)
     # start times matter for counters and histograms only: gathered at the first one
     start_ms = restart = np.zeros(0, dtype=np.int64)
     restarted: list[bool] = []
