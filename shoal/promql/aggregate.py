@@ -37,6 +37,9 @@ def group_labels(labels: Labels, names: list[str], without: bool) -> Labels:
 
 
 def _groups(vec: Vec, names: list[str], without: bool) -> list[tuple[Labels, list[int]]]:
+    if not names and not without and not any(HIST in lab for lab in vec.labels):
+        # ``sum(x)``: one group of every row, no label set made per row
+        return [({}, list(range(len(vec.labels))))] if vec.labels else []
     index: dict[LabelKey, int] = {}
     out: list[tuple[Labels, list[int]]] = []
     for i, lab in enumerate(vec.labels):
