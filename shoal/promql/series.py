@@ -80,22 +80,25 @@ def _series_order(
     lengths = np.diff(np.append(starts, n))
     keys = (tns[starts], sid[starts], code[starts]) if names else (tns[starts], sid[starts])
     by_segment = np.lexsort(keys)
-    if (by_segment[1:] > by_segment[:-1]).all():
-        order = np.arange(n, dtype=np.int64)  # already in order
-    else:
-        seg_starts, seg_lengths = starts[by_segment], lengths[by_segment]
+    seg_starts, seg_lengths = starts[by_segment], lengths[by_segment]
+    # Within a segment time never goes back; where two segments of one series meet in
+    # this order, the second must start strictly after the first ends (an equal time
+    # there could belong in another place among the rows it ties with). Checked per
+    # segment, not per row.
+    seg_sid = sid[seg_starts]
+    same = seg_sid[1:] == seg_sid[:-1]
+    if names:
+        seg_code = code[seg_starts]
+        same &= seg_code[1:] == seg_code[:-1]
+    back = same & (tns[seg_starts[1:]] <= tns[seg_starts[:-1] + seg_lengths[:-1] - 1])
+    if not back.any():
+        if (by_segment[1:] > by_segment[:-1]).all():  # already in order
+            return np.arange(n, dtype=np.int64), code, sid, tns
         placed = np.cumsum(seg_lengths) - seg_lengths
         order = np.arange(n, dtype=np.int64) + np.repeat(seg_starts - placed, seg_lengths)
-    c = code[order] if names else code  # one name: every code is the same
-    s, t = sid[order], tns[order]
-    same = (c[1:] == c[:-1]) & (s[1:] == s[:-1]) if names else s[1:] == s[:-1]
-    # a join of two segments of one series must go strictly forward in time (an equal
-    # time there could belong in another place among the rows it ties with)
-    joins = np.zeros(n, dtype=bool)
-    joins[np.cumsum(lengths[by_segment])[:-1]] = True
-    back = same & ((t[1:] < t[:-1]) | (joins[1:] & (t[1:] == t[:-1])))
-    if not back.any():
-        return order, c, s, t
+        # a segment is one series: its name and id are repeated, not gathered row by row
+        c = np.repeat(seg_code, seg_lengths) if names else code
+        return order, c, np.repeat(seg_sid, seg_lengths), tns[order]
     table = pa.table({"c": code, "s": sid, "t": tns})
     full = pc.sort_indices(table, [("c", "ascending"), ("s", "ascending"), ("t", "ascending")])
     order = np.asarray(full.to_numpy(), dtype=np.int64)
