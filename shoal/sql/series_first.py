@@ -93,6 +93,8 @@ class Rewritten:
     fixed: tuple[bool, ...]
     """Per condition of :attr:`rows`, whether it calls no function and names no current
     time (``now()`` is another instant when the query is planned again)."""
+    labels: frozenset[str] = frozenset()
+    """The label columns the query reads outside its aggregates' arguments."""
 
     def sql(self, rows: Sequence[str] | None = None) -> str:
         """The query's text, with ``rows`` as the per-series query's conditions (by default
@@ -351,5 +353,9 @@ def rewrite(sql: str, shape: Shape) -> Rewritten | None:
             a, b = clauses[word]
             query.append(f"{word.upper()} {text.text(a, b)}")
     return Rewritten(
-        f"SELECT {section('select')} FROM ({head}", tuple(rows), " ".join(query), tuple(fixed)
+        f"SELECT {section('select')} FROM ({head}",
+        tuple(rows),
+        " ".join(query),
+        tuple(fixed),
+        frozenset(used & shape.labels),
     )

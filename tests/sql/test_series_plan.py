@@ -97,6 +97,7 @@ def everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
     """The per-series plan for any query of its shape, however few its rows."""
     monkeypatch.setattr(series_plan, "MIN_ROWS", 0)
     monkeypatch.setattr(series_plan, "MIN_ROWS_PER_SERIES", 1)
+    monkeypatch.setattr(series_plan, "MIN_ROWS_PER_SERIES_BY_NAME", 1)
 
 
 KEYS = [
@@ -242,6 +243,18 @@ def test_an_empty_range_counts_nothing(
     for service in services:
         table, _ = _run(service, sql)
         assert table.num_rows == 0
+
+
+def test_few_rows_per_series_by_name_run_as_written(
+    services: tuple[QueryService, QueryService], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grouping by names alone pays per series only where each series has many rows; a
+    map of labels (``attributes``) pays sooner (87.5 rows per series here)."""
+    monkeypatch.setattr(series_plan, "MIN_ROWS", 0)
+    _, used = _run(services[1], "SELECT metric_name, count(*) FROM metrics GROUP BY 1")
+    assert not used
+    _, used = _run(services[1], "SELECT attributes['host'], count(*) FROM metrics GROUP BY 1")
+    assert used
 
 
 def test_few_rows_run_as_written(services: tuple[QueryService, QueryService]) -> None:
