@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from shoal.sql.lexer import Token, located
 
@@ -104,8 +105,9 @@ class Rewritten:
         return f"{self.head}{where} {self.tail}"
 
 
-@dataclasses.dataclass(frozen=True)
-class _Call:
+class _Call(NamedTuple):
+    """An aggregate call: its function, its argument's text, where it stands in the text."""
+
     name: str
     argument: str
     start: int

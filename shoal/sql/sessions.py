@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 import pyarrow as pa
 from datafusion import DataFrame, RuntimeEnvBuilder, SessionConfig, SessionContext, SQLOptions
@@ -191,7 +192,7 @@ def register_tables(
     coalescer: BatchCoalescer | None = None,
     only: Iterable[str] | None = None,
     reads: Mapping[str, TableRead] | None = None,
-) -> tuple[list[str], dict[str, tuple[str, str]], dict[str, int], dict[str, TimeRange | None]]:
+) -> Loaded:
     """Register the tenant's tables in ``ctx``, each Parquet UNION ALL the unflushed rows.
 
     ``only`` limits registration to the tables a query names (it can read no others);
@@ -243,7 +244,19 @@ def register_tables(
             frame = frame.union(recent)
         ctx.register_view(name, frame)
         names.append(name)
-    return names, owners, rows, spans
+    return Loaded(names, owners, rows, spans)
+
+
+class Loaded(NamedTuple):
+    """What :func:`register_tables` registered."""
+
+    names: list[str]
+    owners: dict[str, tuple[str, str]]
+    """Per scan of committed files: its table and time column."""
+    rows: dict[str, int]
+    """Per table, the rows loaded (files and unflushed batches)."""
+    spans: dict[str, TimeRange | None]
+    """Per table, the span of time of what was loaded (None: a batch's span unknown)."""
 
 
 def _span(spans: Sequence[TimeRange | None]) -> TimeRange | None:
