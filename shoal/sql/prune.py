@@ -53,12 +53,15 @@ def _kind(value: Any) -> str:
 def scans(plan: LogicalPlan) -> Iterator[Any]:
     """Every TableScan node of ``plan`` (nodes the bindings cannot convert are passed
     through to their inputs)."""
+    return (found for node in _nodes(plan) if _kind(found := variant(node)) == "TableScan")
+
+
+def _nodes(plan: LogicalPlan) -> Iterator[LogicalPlan]:
+    """Every node of ``plan``, depth first."""
     stack = [plan]
     while stack:
         node = stack.pop()
-        found = variant(node)
-        if _kind(found) == "TableScan":
-            yield found
+        yield node
         stack.extend(node.inputs())
 
 
@@ -169,14 +172,6 @@ def always(plan: LogicalPlan, time_column: str, span: TimeRange) -> bool:
         if terms is None or not all(test[op](us) for op, us in terms):
             return False
     return True
-
-
-def _nodes(plan: LogicalPlan) -> Iterator[LogicalPlan]:
-    stack = [plan]
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(node.inputs())
 
 
 def _conjuncts(expr: Expr) -> Iterator[Expr]:
