@@ -24,6 +24,7 @@ over one row per series it would give another answer. Pure: no I/O.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -121,28 +122,27 @@ class _Text:
         self.sql = sql
         self.tokens: list[Token] = list(located(sql))
         self.depth: list[int] = []
+        self.match: dict[int, int] = {}
+        """Per ``(``, the index of its ``)``."""
+        opened: list[int] = []
         self.balanced = True
-        depth = 0
-        for token in self.tokens:
+        for i, token in enumerate(self.tokens):
             if token.text == ")":
-                depth -= 1
-            self.depth.append(depth)
+                if not opened:
+                    self.balanced = False
+                    break
+                self.match[opened.pop()] = i
+            self.depth.append(len(opened))
             if token.text == "(":
-                depth += 1
-            if depth < 0:
-                self.balanced = False
-        self.balanced = self.balanced and depth == 0
+                opened.append(i)
+        self.balanced = self.balanced and not opened
 
     def word(self, i: int) -> str:
         return self.tokens[i].text if i < len(self.tokens) else ""
 
     def closing(self, i: int) -> int:
-        """The index of the ``)`` matching the ``(`` at ``i``."""
-        depth = self.depth[i]
-        for j in range(i + 1, len(self.tokens)):
-            if self.tokens[j].text == ")" and self.depth[j] == depth:
-                return j
-        raise ValueError("unbalanced")  # pragma: no cover - checked by ``balanced``
+        """The index of the ``)`` matching the ``(`` at ``i`` (the text is balanced)."""
+        return self.match[i]
 
     def text(self, lo: int, hi: int) -> str:
         """The text of tokens ``lo`` up to ``hi`` (excluded), as written."""
@@ -214,9 +214,11 @@ def _calls(text: _Text, lo: int, hi: int) -> list[_Call] | None:
 def _names(text: _Text, lo: int, hi: int, skip: Sequence[_Call] = ()) -> set[str]:
     """The column names used between tokens ``lo`` and ``hi``, outside the calls ``skip``."""
     names: set[str] = set()
+    starts = [call.start for call in skip]  # in order, and the calls do not overlap
     for i in range(lo, hi):
         start = text.tokens[i].start
-        if any(call.start <= start < call.end for call in skip):
+        j = bisect.bisect_right(starts, start) - 1
+        if j >= 0 and start < skip[j].end:
             continue
         name = text.name(i)
         if name is not None:

@@ -182,3 +182,19 @@ def test_only_conditions_of_literals_may_be_left_out() -> None:
     # the caller chooses which conditions the per-series query keeps
     assert "WHERE (timestamp <= '2026-01-02') GROUP BY" in found.sql(found.rows[3:])
     assert " FROM metrics GROUP BY series_id" in found.sql([])
+
+
+def test_a_query_of_thousands_of_aggregates_is_read_in_one_pass() -> None:
+    """The text is read with its parentheses matched once and the calls looked up by
+    position, so a query at the size cap with thousands of calls is rewritten, each call
+    in its place."""
+    calls = 3000  # about 56 KiB, under the 64 KiB cap on SQL text
+    sql = (
+        "SELECT metric_name, "
+        + ", ".join(f"max(value + {i})" for i in range(calls))
+        + " FROM metrics GROUP BY metric_name"
+    )
+    text = rewritten(sql)
+    assert text is not None
+    assert text.count("max(__shoal_p.__shoal_a") == calls
+    assert f"max(value + {calls - 1}) AS __shoal_a{calls - 1}" in text
