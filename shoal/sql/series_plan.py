@@ -104,16 +104,20 @@ def plan(
     return None
 
 
+_PROBED = 8
+"""At most this many conditions are tried one by one (a probe plan each)."""
+
+
 def _needed(session: TenantSession, table: TableInput, rewritten: Rewritten) -> list[str]:
     """The per-series query's conditions on rows, but those that hold for every row loaded.
     Conditions of literals alone are tried together first (one probe plan for the usual
     time range), then one by one."""
-    fixed = [c for c, f in zip(rewritten.rows, rewritten.fixed, strict=True) if f]
+    fixed = {c for c, f in zip(rewritten.rows, rewritten.fixed, strict=True) if f}
     if not fixed:
         return list(rewritten.rows)
-    if _holds(session, table, " AND ".join(fixed)):
+    if _holds(session, table, " AND ".join(sorted(fixed))):
         return [c for c in rewritten.rows if c not in fixed]
-    if len(fixed) == 1:
+    if len(fixed) == 1 or len(fixed) > _PROBED:
         return list(rewritten.rows)
     return [c for c in rewritten.rows if c not in fixed or not _holds(session, table, c)]
 
