@@ -214,6 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    module_name, func_name = _COMMANDS[args.command_path]
+    module = importlib.import_module(f"shoal.commands.{module_name}")
+    prepare = getattr(module, "prepare", None)
+    if prepare is not None:  # what must come before anything else loads (serve's allocators)
+        prepare()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -226,8 +231,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # client libraries log every request and connection at INFO
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
-    module_name, func_name = _COMMANDS[args.command_path]
-    module = importlib.import_module(f"shoal.commands.{module_name}")
     try:
         result: int = getattr(module, func_name)(args)
     except ShoalError as exc:

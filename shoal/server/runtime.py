@@ -54,7 +54,7 @@ from shoal.logql.service import LogQLService
 from shoal.pgwire.server import PgServer
 from shoal.promql import mapping
 from shoal.promql.service import PromQLService
-from shoal.server import http, preflight
+from shoal.server import http, pages, preflight
 from shoal.server.preflight import INGEST_THREADS, UNFLUSHED_LIMIT_FLUSHES
 from shoal.server.telemetry import ServerMetrics, StorageMetricsAdapter, WalMetricsAdapter
 from shoal.sql.service import QueryService
@@ -147,6 +147,8 @@ class ServerRuntime:
         self.store: TableStore | None = None
         self.wal: Wal | None = None
         self.flusher: Flusher | None = None
+        self.pages = pages.PageReturner()
+        self.metrics.bind_page_returns(lambda: self.pages.returns)
         self.query_service: QueryService | None = None
         self.http_port = 0
         self.grpc_port = 0
@@ -426,6 +428,7 @@ class ServerRuntime:
             lambda: time.time() - flusher.failure[0] if flusher.failure else 0.0
         )
         self.flusher.start()
+        self.pages.start()
         self.ingestor.open(wal)
         # what the start-up made (170,000 objects) leaves every later garbage collection:
         # a query's many small objects set off full ones (docs/rationale.md)
@@ -445,6 +448,7 @@ class ServerRuntime:
         deadline = time.monotonic() + float(self.config.shutdown_timeout_s)
         self._ready = False
         self.metrics.ready.set(0)
+        self.pages.stop()
         self.ingestor.drain()
         fatal = self._fatal_error is not None
         logger.info("stopping: draining %d queued request(s)", self.queue.depth)

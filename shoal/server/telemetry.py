@@ -212,6 +212,14 @@ _FAMILIES: tuple[_Family, ...] = (
         ("result",),
     ),
     _Family(
+        "memory_returns",
+        Gauge,
+        "shoal_memory_returns",
+        "Times since start the memory the server freed was handed back to the kernel (once "
+        "it went quiet, or every few seconds while busy).",
+        (),
+    ),
+    _Family(
         "flush_failing_seconds",
         Gauge,
         "shoal_flush_failing_seconds",
@@ -339,6 +347,7 @@ class ServerMetrics:
     promql_cache_reads: Gauge
     storage_cache_bytes: Gauge
     flush_failing_seconds: Gauge
+    memory_returns: Gauge
     storage_cache_reads: Gauge
     series_index_bytes: Gauge
     series_index_evicted: Gauge
@@ -387,6 +396,9 @@ class ServerMetrics:
         self.promql_cache_bytes.set_function(lambda: float(stats()[0]))
         self.promql_cache_reads.labels("hit").set_function(lambda: float(stats()[1]))
         self.promql_cache_reads.labels("miss").set_function(lambda: float(stats()[2]))
+
+    def bind_page_returns(self, count: Callable[[], int]) -> None:
+        self.memory_returns.set_function(lambda: float(count()))
 
     def bind_flush_failure(self, seconds: Callable[[], float]) -> None:
         self.flush_failing_seconds.set_function(seconds)

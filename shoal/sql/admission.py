@@ -6,14 +6,18 @@ once, on top of the unflushed rows and the interpreter, can add up to more than 
 machine or the service's cgroup allows, and the kernel would then kill the whole server.
 Before a query starts, the gate checks that the process's resident memory plus one more
 pool still fits the budget: the ``memory_limit_bytes`` setting, or else the memory limit
-of the cgroup the server runs in (``MemoryMax=`` of its systemd unit).
+of the cgroup the server runs in (``MemoryMax=`` of its systemd unit). The server keeps
+memory it freed for reuse while it works (:mod:`shoal.server.pages`); a gate that finds
+no room hands that back first and looks again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pyarrow as pa
 
 from shoal.errors import QueryLimitError
 
@@ -71,15 +75,24 @@ def memory_budget(setting: int) -> int | None:
 class MemoryGate:
     """Refuses a new query when one more query pool would not fit the process's budget."""
 
-    def __init__(self, budget: int | None, pool_bytes: int) -> None:
+    def __init__(
+        self,
+        budget: int | None,
+        pool_bytes: int,
+        hand_back: Callable[[], object] = lambda: pa.default_memory_pool().release_unused(),
+    ) -> None:
         self.budget = budget
         self.pool_bytes = pool_bytes
+        self._hand_back = hand_back
         self._process = psutil.Process()
 
     def check(self) -> None:
         if self.budget is None:
             return
         rss = self._process.memory_info().rss
+        if rss + self.pool_bytes > self.budget:
+            self._hand_back()  # memory freed and kept for reuse counts until handed back
+            rss = self._process.memory_info().rss
         if rss + self.pool_bytes > self.budget:
             raise QueryLimitError(
                 "server_memory",

@@ -32,7 +32,6 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Protocol
 
 import pyarrow as pa
@@ -43,11 +42,6 @@ from shoal.storage.types import CommitResult
 from shoal.storage.unflushed import UnflushedRows
 
 logger = logging.getLogger(__name__)
-
-TRIM_EVERY_S = 5.0
-"""While rows keep arriving, the allocator's unused pages are handed back at most this
-often (and whenever a round leaves no unflushed rows)."""
-
 
 class FlushTable(Protocol):
     def flush(
@@ -89,8 +83,6 @@ class Flusher:
         max_age_s: float,
         metrics: FlushMetrics,
         poll_s: float = 0.05,
-        trim: Callable[[], object] | None = None,
-        clock: Callable[[], float] = time.monotonic,
         helpers: concurrent.futures.Executor | None = None,
     ) -> None:
         self._unflushed = unflushed
@@ -106,15 +98,11 @@ class Flusher:
         self._round_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="shoal-flusher", daemon=True)
         self.rounds = 0
-        self._trim = trim or pa.default_memory_pool().release_unused
-        self._clock = clock
         self._helpers = helpers
         self._behind = False
         """A flush's worth of rows waited at the end of the last round."""
         self.shared_rounds = 0
         """Rounds that shared their writing with the helpers."""
-        self._trimmed_at = clock()
-        self.trims = 0
         self.failure: tuple[float, str] | None = None
         """While flushes fail: when the first failed (``time.time()``) and the last error."""
 
@@ -208,22 +196,7 @@ class Flusher:
             if ok:
                 self.failure = None
                 self._wal.truncate_before(lsn + 1)
-            self._hand_back_pages()
             return ok
-
-    def _hand_back_pages(self) -> None:
-        """Give the allocator's unused pages back to the kernel when the load has stopped
-        (no rows are left unflushed) or :data:`TRIM_EVERY_S` has passed.
-
-        A round's sorted copies are freed at its end. While rows keep arriving the next
-        round reuses those pages; handed back after every round, the kernel faulted and
-        zeroed them in again each time (50-60 thousand page faults a second at full
-        remote-write speed, about 5% of the server's CPU, docs/benchmarks.md)."""
-        now = self._clock()
-        if self._unflushed.rows == 0 or now - self._trimmed_at >= TRIM_EVERY_S:
-            self._trim()
-            self._trimmed_at = now
-            self.trims += 1
 
     def shutdown(self, timeout: float) -> bool:
         """Stop the thread and run a final flush; True if it committed everything."""

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -22,6 +23,7 @@ import pytest
 from loadtest import payloads
 from loadtest.ingest import BASE_NS, ServerProcess
 from shoal.auth import TokenStore
+from shoal.errors import QueryLimitError
 from tests.sql.api_app import Tokens, client
 from tests.sql.helpers import Harness
 
@@ -298,3 +300,31 @@ def test_a_client_that_goes_away_stops_its_query(
     assert time.monotonic() - started < TIMEOUT_S
     status, answer = sql(server, tokens["calm"], "SELECT count(*) AS n FROM metrics")
     assert status == 200 and json.loads(answer)["rows"] == [[500]], answer
+
+
+def test_the_gate_hands_kept_memory_back_before_it_refuses() -> None:
+    """Freed memory the server keeps for reuse counts in its RSS until handed back: a gate
+    without room hands it back and looks again, and refuses only if still over."""
+    from shoal.sql.admission import MemoryGate
+
+    held = psutil.Process().memory_info().rss
+    handed: list[int] = []
+    freed = [1 << 30]  # what a hand-back gives back, as seen by the next look
+
+    class Process:
+        def memory_info(self) -> Any:
+            return type("Info", (), {"rss": held + (0 if handed else freed[0])})
+
+    gate = MemoryGate(held + (128 << 20), 64 << 20, hand_back=lambda: handed.append(1))
+    gate._process = Process()  # type: ignore[assignment]
+    gate.check()
+    assert handed == [1]
+    handed.clear()
+    freed[0] = 0
+    gate.check()  # room already: nothing handed back
+    assert handed == []
+    tight = MemoryGate(held, 64 << 20, hand_back=lambda: handed.append(1))
+    tight._process = Process()  # type: ignore[assignment]
+    with pytest.raises(QueryLimitError):
+        tight.check()
+    assert handed == [1]

@@ -20,7 +20,7 @@ from shoal.errors import CommitConflictError
 from shoal.ingest import records
 from shoal.server.telemetry import ServerMetrics
 from shoal.storage import faults
-from shoal.storage.flusher import TRIM_EVERY_S, Flusher, FlushStore, FlushTable
+from shoal.storage.flusher import Flusher, FlushTable
 from shoal.storage.store import TableStore
 from shoal.storage.types import CommitResult
 from shoal.storage.unflushed import UnflushedRows
@@ -232,57 +232,6 @@ def test_a_failing_flush_keeps_the_rows_and_is_retried(tmp_path: Path) -> None:
         assert 'shoal_flush_failures_total{table="logs",tenant="acme"} 1.0' in text
     finally:
         faults.install(None)
-        rig.close()
-
-
-class _Arriving:
-    """A store whose tables let one more request be acknowledged during each flush, as
-    under steady load: every round leaves rows in the snapshot."""
-
-    def __init__(self, rig: Rig) -> None:
-        self.rig = rig
-
-    def open(self, tenant: str, table: str) -> FlushTable:
-        inner, rig = self.rig.store.open(tenant, table), self.rig
-
-        class Table:
-            def flush(
-                self, data: pa.Table, wal_lsn: int, *, helpers: Executor | None, after: int | None
-            ) -> CommitResult | None:
-                rig.append(tenant, table, _rows(1000 + wal_lsn))
-                return inner.flush(data, wal_lsn, after=after)
-
-            def committed_lsn(self) -> int:
-                return inner.committed_lsn()
-
-        return Table()
-
-
-def test_unused_pages_go_back_every_few_seconds_and_when_the_load_stops(tmp_path: Path) -> None:
-    """Under steady load the allocator's unused pages are handed back every TRIM_EVERY_S,
-    not after every round (the next round reuses them); a round that empties the snapshot
-    hands them back at once."""
-    now = [0.0]
-    trims: list[float] = []
-    rig = Rig(tmp_path)
-
-    def flusher(store: FlushStore) -> Flusher:
-        return Flusher(
-            rig.unflushed, store, rig.wal, 1 << 30, 3600, rig.metrics,
-            trim=lambda: trims.append(now[0]), clock=lambda: now[0],
-        )  # fmt: skip
-
-    steady = flusher(_Arriving(rig))
-    try:
-        rig.append("default", "metrics", _rows(0))
-        for second in range(7):
-            now[0] = float(second)
-            assert steady.flush() and rig.unflushed.rows > 0
-        assert trims == [TRIM_EVERY_S]
-        now[0] = 7.0
-        assert flusher(rig.store).flush() and rig.unflushed.rows == 0
-        assert trims == [TRIM_EVERY_S, 7.0]
-    finally:
         rig.close()
 
 

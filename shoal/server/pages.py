@@ -1,0 +1,128 @@
+"""The server's freed memory: kept while it works, handed back to the kernel once it is quiet.
+
+Every page the kernel gives a process is zeroed on its first touch, and on a virtual
+machine that fault is dear: on the 2-core VM of docs/benchmarks.md, 64 MiB touched
+page by page took 16,384 faults and 73-75 ms, about 4.6 µs a page. glibc hands memory
+back as soon as it is freed: a block at or above its mmap threshold is unmapped, and the
+free top of a thread's heap beyond its trim threshold (128 KiB) is given back. A PromQL
+panel over a few hundred thousand samples allocates and frees arrays of a few MB many
+times, in a worker thread whose heap was trimmed after the last query, so every query
+faulted its working memory in again: 13,000-40,000 faults a panel, a third of the time
+of the heavier ones (docs/benchmarks-history.md, "Freed memory kept while the server
+works").
+
+So the server keeps what it frees while it works (blocks under :data:`MMAP_THRESHOLD`
+come from the heap, and a heap keeps up to :data:`TRIM_THRESHOLD` of free memory at its
+top), and :class:`PageReturner` hands all of it back in one ``malloc_trim`` once the
+process has been quiet for a moment, and at least every :data:`EVERY_S` while it stays
+busy: what is freed and not reused stays resident for seconds, not for good. An
+operator's own ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` wins.
+
+This module must not import pyarrow: :func:`configure` runs before the memory pool
+choice that pyarrow reads when it loads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import platform
+import threading
+import time
+from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+MiB = 1 << 20
+MMAP_THRESHOLD = 32 * MiB
+"""Allocations at least this large get pages of their own, unmapped when freed (glibc's
+largest moving threshold; a thread's heap is at most 64 MiB anyway)."""
+TRIM_THRESHOLD = 128 * MiB
+"""Free memory a heap keeps at its top after a free, until the next hand-back."""
+POLL_S = 0.5
+"""How often the process' CPU time is looked at."""
+QUIET_SHARE = 0.05
+"""Under this share of one core over a poll, the process is quiet."""
+EVERY_S = 5.0
+"""While the process stays busy, freed pages go back at least this often."""
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_SETTINGS = (
+    ("MALLOC_MMAP_THRESHOLD_", _M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+    ("MALLOC_TRIM_THRESHOLD_", _M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+)
+
+
+def configure() -> bool:
+    """Set glibc's mmap and trim thresholds (each unless the operator set it in the
+    environment); False where the C library is not glibc or a setting was refused."""
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(None)
+    ok = True
+    for variable, option, value in _SETTINGS:
+        if variable not in os.environ:
+            ok = bool(libc.mallopt(option, value)) and ok
+    return ok
+
+
+def _release_unused() -> None:
+    import pyarrow as pa  # loaded by then: the server reads Arrow long before
+
+    pa.default_memory_pool().release_unused()  # malloc_trim(0) for the system pool
+
+
+class PageReturner:
+    """Hands freed memory back (``trim``) after a poll in which the process was quiet,
+    once per quiet spell, and every :data:`EVERY_S` while it is busy."""
+
+    def __init__(
+        self,
+        trim: Callable[[], object] = _release_unused,
+        cpu: Callable[[], float] = time.process_time,
+        clock: Callable[[], float] = time.monotonic,
+        poll_s: float = POLL_S,
+    ) -> None:
+        self._trim = trim
+        self._cpu = cpu
+        self._clock = clock
+        self._poll_s = poll_s
+        self._seen_at = self._returned_at = clock()
+        self._seen_cpu = cpu()
+        self._kept = False
+        """The process has worked since the last hand-back (and may hold freed pages)."""
+        self.returns = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="shoal-pages", daemon=True)
+
+    def check(self) -> bool:
+        """One look: hand the pages back if due; True when it did."""
+        now, used = self._clock(), self._cpu()
+        busy = used - self._seen_cpu > QUIET_SHARE * (now - self._seen_at)
+        self._kept = self._kept or busy
+        due = self._kept and (not busy or now - self._returned_at >= EVERY_S)
+        if due:
+            try:
+                self._trim()
+            except Exception:  # never fatal: the pages stay until the next try
+                logger.exception("handing freed memory back failed")
+            self.returns += 1
+            self._returned_at = now
+            self._kept = busy
+            used = self._cpu()  # the hand-back's own work is not the next poll's
+        self._seen_at, self._seen_cpu = now, used
+        return due
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            self.check()
