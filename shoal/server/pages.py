@@ -14,9 +14,12 @@ works").
 So the server keeps what it frees while it works (blocks under :data:`MMAP_THRESHOLD`
 come from the heap, and a heap keeps up to :data:`TRIM_THRESHOLD` of free memory at its
 top), and :class:`PageReturner` hands all of it back in one ``malloc_trim`` once the
-process has been quiet for a moment, and at least every :data:`EVERY_S` while it stays
-busy: what is freed and not reused stays resident for seconds, not for good. An
-operator's own ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` wins.
+process has been quiet for :data:`QUIET_S` after working (a dashboard refreshed every
+few seconds finds its memory still mapped), or when its resident memory has grown
+:data:`GROWTH_BYTES` beyond where the last hand-back left it (what it keeps stays
+bounded while it never goes quiet). Handing back every few seconds under load, as the
+flusher did, faulted the next queries' memory in again. An operator's own
+``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` wins.
 
 This module must not import pyarrow: :func:`configure` runs before the memory pool
 choice that pyarrow reads when it loads.
@@ -40,12 +43,14 @@ MMAP_THRESHOLD = 32 * MiB
 largest moving threshold; a thread's heap is at most 64 MiB anyway)."""
 TRIM_THRESHOLD = 128 * MiB
 """Free memory a heap keeps at its top after a free, until the next hand-back."""
-POLL_S = 0.5
-"""How often the process' CPU time is looked at."""
+POLL_S = 1.0
+"""How often the process' CPU time and resident memory are looked at."""
 QUIET_SHARE = 0.05
 """Under this share of one core over a poll, the process is quiet."""
-EVERY_S = 5.0
-"""While the process stays busy, freed pages go back at least this often."""
+QUIET_S = 30.0
+"""Quiet this long after working, the process hands back what it freed."""
+GROWTH_BYTES = 128 * MiB
+"""Resident memory this far above where the last hand-back left it: hand back now."""
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -74,23 +79,34 @@ def _release_unused() -> None:
     pa.default_memory_pool().release_unused()  # malloc_trim(0) for the system pool
 
 
+def _rss() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
 class PageReturner:
-    """Hands freed memory back (``trim``) after a poll in which the process was quiet,
-    once per quiet spell, and every :data:`EVERY_S` while it is busy."""
+    """Hands freed memory back (``trim``) after :data:`QUIET_S` of quiet that follows
+    work, and whenever resident memory grew :data:`GROWTH_BYTES` since the last time."""
 
     def __init__(
         self,
         trim: Callable[[], object] = _release_unused,
         cpu: Callable[[], float] = time.process_time,
         clock: Callable[[], float] = time.monotonic,
+        rss: Callable[[], int] = _rss,
         poll_s: float = POLL_S,
+        quiet_s: float = QUIET_S,
     ) -> None:
         self._trim = trim
         self._cpu = cpu
         self._clock = clock
+        self._rss = rss
         self._poll_s = poll_s
-        self._seen_at = self._returned_at = clock()
+        self._quiet_s = quiet_s
+        self._seen_at = self._worked_at = clock()
         self._seen_cpu = cpu()
+        self._base = rss()
         self._kept = False
         """The process has worked since the last hand-back (and may hold freed pages)."""
         self.returns = 0
@@ -100,17 +116,18 @@ class PageReturner:
     def check(self) -> bool:
         """One look: hand the pages back if due; True when it did."""
         now, used = self._clock(), self._cpu()
-        busy = used - self._seen_cpu > QUIET_SHARE * (now - self._seen_at)
-        self._kept = self._kept or busy
-        due = self._kept and (not busy or now - self._returned_at >= EVERY_S)
+        if used - self._seen_cpu > QUIET_SHARE * (now - self._seen_at):
+            self._kept, self._worked_at = True, now
+        quiet_after_work = self._kept and now - self._worked_at >= self._quiet_s
+        due = quiet_after_work or self._rss() - self._base >= GROWTH_BYTES
         if due:
             try:
                 self._trim()
             except Exception:  # never fatal: the pages stay until the next try
                 logger.exception("handing freed memory back failed")
             self.returns += 1
-            self._returned_at = now
-            self._kept = busy
+            self._kept = not quiet_after_work
+            self._base = self._rss()
             used = self._cpu()  # the hand-back's own work is not the next poll's
         self._seen_at, self._seen_cpu = now, used
         return due

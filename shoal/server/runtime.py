@@ -415,14 +415,9 @@ class ServerRuntime:
             await http_task
             raise
         self.flusher = Flusher(
-            self.unflushed,
-            store,
-            wal,
-            self.config.flush_max_bytes,
-            self.config.flush_max_age_s,
-            self.metrics,
-            helpers=layout.HELPERS,
-        )
+            self.unflushed, store, wal, self.config.flush_max_bytes,
+            self.config.flush_max_age_s, self.metrics, helpers=layout.HELPERS,
+        )  # fmt: skip
         flusher = self.flusher
         self.metrics.bind_flush_failure(
             lambda: time.time() - flusher.failure[0] if flusher.failure else 0.0

@@ -212,12 +212,7 @@ _FAMILIES: tuple[_Family, ...] = (
         ("result",),
     ),
     _Family(
-        "memory_returns",
-        Gauge,
-        "shoal_memory_returns",
-        "Times since start the memory the server freed was handed back to the kernel (once "
-        "it went quiet, or every few seconds while busy).",
-        (),
+        "memory_returns", Gauge, "shoal_memory_returns", "Freed memory handed back, times.", ()
     ),
     _Family(
         "flush_failing_seconds",

@@ -8,26 +8,29 @@ import platform
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 
 import pytest
 
 from shoal.server import pages
-from shoal.server.pages import EVERY_S, POLL_S, QUIET_SHARE, PageReturner
+from shoal.server.pages import GROWTH_BYTES, POLL_S, QUIET_S, QUIET_SHARE, PageReturner
 
 
 class Process:
-    """A clock and a CPU-time counter moved by hand."""
+    """A clock, a CPU-time counter and a resident size moved by hand."""
 
     def __init__(self) -> None:
         self.now = 0.0
         self.cpu = 0.0
+        self.rss = 300 << 20
         self.returned: list[float] = []
 
-    def returner(self) -> PageReturner:
+    def returner(self, trim: Callable[[], object] | None = None) -> PageReturner:
         return PageReturner(
-            trim=lambda: self.returned.append(self.now),
+            trim=trim or (lambda: self.returned.append(self.now)),
             cpu=lambda: self.cpu,
             clock=lambda: self.now,
+            rss=lambda: self.rss,
         )
 
     def poll(self, returner: PageReturner, share: float) -> bool:
@@ -37,35 +40,56 @@ class Process:
         return returner.check()
 
 
+QUIET_POLLS = round(QUIET_S / POLL_S)
+
+
 def test_nothing_goes_back_while_the_process_has_done_nothing() -> None:
     p = Process()
     returner = p.returner()
-    assert not any(p.poll(returner, 0.0) for _ in range(40))
+    assert not any(p.poll(returner, 0.0) for _ in range(3 * QUIET_POLLS))
     assert p.returned == [] and returner.returns == 0
 
 
-def test_pages_go_back_once_after_work_when_the_process_goes_quiet() -> None:
-    """A burst of queries then silence: one hand-back, at the first quiet poll."""
+def test_pages_go_back_once_when_the_process_stays_quiet_after_work() -> None:
+    """A burst of queries then silence: one hand-back, QUIET_S after the last work;
+    queries again before that (a dashboard refreshed every few seconds) reuse them."""
     p = Process()
     returner = p.returner()
     for _ in range(3):
-        assert not p.poll(returner, 1.5)  # busy, under EVERY_S: kept for the next query
+        p.poll(returner, 1.5)
+        assert not any(p.poll(returner, 0.0) for _ in range(QUIET_POLLS - 2))
+    worked_at = p.now
+    p.poll(returner, 1.5)
+    worked_at = p.now
+    assert not any(p.poll(returner, 0.0) for _ in range(QUIET_POLLS - 1))
     assert p.poll(returner, 0.0)
-    assert p.returned == [3 * POLL_S + POLL_S]
-    assert not any(p.poll(returner, 0.0) for _ in range(20))  # once per quiet spell
+    assert p.returned == [worked_at + QUIET_S]
+    assert not any(p.poll(returner, 0.0) for _ in range(3 * QUIET_POLLS))  # once a spell
     assert not p.poll(returner, QUIET_SHARE * 0.9)  # background ticking is quiet
     assert returner.returns == 1
 
 
-def test_pages_go_back_every_few_seconds_while_the_process_stays_busy() -> None:
+def test_pages_go_back_when_resident_memory_grew_though_the_process_stays_busy() -> None:
     p = Process()
-    returner = p.returner()
-    polls = int(3 * EVERY_S / POLL_S)
-    for _ in range(polls):
-        p.poll(returner, 1.0)
-    assert p.returned == [EVERY_S, 2 * EVERY_S, 3 * EVERY_S]
-    p.poll(returner, 0.0)  # the work since the last one still goes back
-    assert p.returned[-1] == 3 * EVERY_S + POLL_S
+
+    def trim() -> None:  # gives back 64 MiB; where it leaves the process is the new base
+        p.returned.append(p.now)
+        p.rss -= 64 << 20
+
+    returner = p.returner(trim)
+    for _ in range(3 * QUIET_POLLS):  # busy, flat: what is freed is reused, kept
+        assert not p.poll(returner, 1.0)
+    p.rss += GROWTH_BYTES - 1
+    assert not p.poll(returner, 1.0)
+    p.rss += 1
+    assert p.poll(returner, 1.0)
+    p.rss += GROWTH_BYTES - 1  # measured from after the hand-back
+    assert not p.poll(returner, 1.0)
+    p.rss += 1
+    assert p.poll(returner, 1.0)
+    assert len(p.returned) == 2
+    assert not any(p.poll(returner, 0.0) for _ in range(QUIET_POLLS - 1))
+    assert p.poll(returner, 0.0)  # it worked since: handed back once quiet
 
 
 def test_the_hand_back_itself_does_not_count_as_work() -> None:
@@ -76,10 +100,12 @@ def test_the_hand_back_itself_does_not_count_as_work() -> None:
         p.returned.append(p.now)
         p.cpu += POLL_S  # a long trim: a whole poll's worth of CPU
 
-    returner = PageReturner(trim=trim, cpu=lambda: p.cpu, clock=lambda: p.now)
+    returner = p.returner(trim)
     p.poll(returner, 1.0)
-    assert p.poll(returner, 0.0)
-    assert not any(p.poll(returner, 0.0) for _ in range(5))
+    for _ in range(QUIET_POLLS):
+        p.poll(returner, 0.0)
+    assert len(p.returned) == 1
+    assert not any(p.poll(returner, 0.0) for _ in range(3 * QUIET_POLLS))
     assert len(p.returned) == 1
 
 
@@ -91,18 +117,19 @@ def test_a_failing_hand_back_is_logged_and_tried_again(caplog: pytest.LogCapture
         calls.append(p.now)
         raise OSError("no")
 
-    returner = PageReturner(trim=trim, cpu=lambda: p.cpu, clock=lambda: p.now)
-    p.poll(returner, 1.0)
-    assert p.poll(returner, 0.0)
+    returner = p.returner(trim)
+    for _ in range(2):
+        p.poll(returner, 1.0)
+        for _ in range(QUIET_POLLS):
+            p.poll(returner, 0.0)
     assert "handing freed memory back failed" in caplog.text
-    p.poll(returner, 1.0)
-    assert p.poll(returner, 0.0) and len(calls) == 2
+    assert len(calls) == 2
 
 
 def test_the_thread_hands_back_after_real_work_and_stops() -> None:
-    """The real thread, clock and CPU time: a spell of work, then quiet."""
+    """The real thread, clock, CPU time and resident size: work, then quiet."""
     returned: list[float] = []
-    returner = PageReturner(trim=lambda: returned.append(1.0), poll_s=0.05)
+    returner = PageReturner(trim=lambda: returned.append(1.0), poll_s=0.05, quiet_s=0.2)
     returner.start()
     try:
         x = 0
