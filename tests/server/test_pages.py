@@ -200,6 +200,7 @@ def test_an_operators_own_threshold_wins(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(ctypes, "CDLL", lambda _name: Libc())
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
     assert pages.configure()
     assert calls == [(-1, pages.TRIM_THRESHOLD)]
 
