@@ -43,6 +43,7 @@ from shoal.storage.unflushed import UnflushedRows
 
 logger = logging.getLogger(__name__)
 
+
 class FlushTable(Protocol):
     def flush(
         self,
