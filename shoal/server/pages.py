@@ -12,14 +12,15 @@ of the heavier ones (docs/benchmarks-history.md, "Freed memory kept while the se
 works").
 
 So the server keeps what it frees while it works (blocks under :data:`MMAP_THRESHOLD`
-come from the heap, and a heap keeps up to :data:`TRIM_THRESHOLD` of free memory at its
-top), and :class:`PageReturner` hands all of it back in one ``malloc_trim`` once the
-process has been quiet for :data:`QUIET_S` after working (a dashboard refreshed every
-few seconds finds its memory still mapped), or when its resident memory has grown
-:data:`GROWTH_BYTES` beyond where the last hand-back left it (what it keeps stays
-bounded while it never goes quiet). Handing back every few seconds under load, as the
-flusher did, faulted the next queries' memory in again. Threads share :data:`ARENAS` heaps. An
-operator's own ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or
+come from the heap, a heap keeps up to :data:`TRIM_THRESHOLD` of free memory at its
+top, threads share :data:`ARENAS` heaps), and :class:`PageReturner` hands all of it
+back in one ``malloc_trim``: once the process has been quiet for :data:`QUIET_S` after
+working (a dashboard refreshed every few seconds finds its memory still mapped), when
+a flush round leaves no rows unflushed (ingest stopped, or slow enough to be flushed
+by age), and when resident memory has grown :data:`GROWTH_BYTES` beyond where the
+last hand-back left it (what is kept stays bounded under steady load). Handing back
+every few seconds under load, as the flusher did, faulted the next queries' memory
+in again. An operator's own ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or
 ``MALLOC_ARENA_MAX`` wins.
 
 This module must not import pyarrow: :func:`configure` runs before the memory pool
@@ -121,6 +122,7 @@ class PageReturner:
         self._kept = False
         """The process has worked since the last hand-back (and may hold freed pages)."""
         self.returns = 0
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="shoal-pages", daemon=True)
 
@@ -132,16 +134,26 @@ class PageReturner:
         quiet_after_work = self._kept and now - self._worked_at >= self._quiet_s
         due = quiet_after_work or self._rss() - self._base >= GROWTH_BYTES
         if due:
-            try:
-                self._trim()
-            except Exception:  # never fatal: the pages stay until the next try
-                logger.exception("handing freed memory back failed")
-            self.returns += 1
-            self._kept = not quiet_after_work
-            self._base = self._rss()
+            with self._lock:
+                self._return(quiet_after_work)
             used = self._cpu()  # the hand-back's own work is not the next poll's
         self._seen_at, self._seen_cpu = now, used
         return due
+
+    def _return(self, settled: bool) -> None:
+        try:
+            self._trim()
+        except Exception:  # never fatal: the pages stay until the next try
+            logger.exception("handing freed memory back failed")
+        self.returns += 1
+        self._kept = self._kept and not settled
+        self._base = self._rss()
+
+    def hand_back(self) -> None:
+        """Hand back now (a flush round left no rows unflushed: ingest stopped or is
+        slow); on the server's flusher thread."""
+        with self._lock:
+            self._return(True)
 
     def start(self) -> None:
         self._thread.start()

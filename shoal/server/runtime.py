@@ -417,6 +417,7 @@ class ServerRuntime:
         self.flusher = Flusher(
             self.unflushed, store, wal, self.config.flush_max_bytes,
             self.config.flush_max_age_s, self.metrics, helpers=layout.HELPERS,
+            emptied=self.pages.hand_back,
         )  # fmt: skip
         flusher = self.flusher
         self.metrics.bind_flush_failure(

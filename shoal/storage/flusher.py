@@ -32,6 +32,7 @@ import concurrent.futures
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import pyarrow as pa
@@ -85,6 +86,7 @@ class Flusher:
         metrics: FlushMetrics,
         poll_s: float = 0.05,
         helpers: concurrent.futures.Executor | None = None,
+        emptied: Callable[[], object] | None = None,
     ) -> None:
         self._unflushed = unflushed
         self._store = store
@@ -100,6 +102,8 @@ class Flusher:
         self._thread = threading.Thread(target=self._run, name="shoal-flusher", daemon=True)
         self.rounds = 0
         self._helpers = helpers
+        self._emptied = emptied
+        """Called after a round that left no rows unflushed (ingest stopped, or slow)."""
         self._behind = False
         """A flush's worth of rows waited at the end of the last round."""
         self.shared_rounds = 0
@@ -197,6 +201,8 @@ class Flusher:
             if ok:
                 self.failure = None
                 self._wal.truncate_before(lsn + 1)
+            if self._emptied is not None and self._unflushed.rows == 0:
+                self._emptied()
             return ok
 
     def shutdown(self, timeout: float) -> bool:

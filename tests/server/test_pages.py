@@ -229,3 +229,15 @@ def test_shoal_serve_chooses_arrows_allocator_before_anything_loads_pyarrow() ->
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == ["system"]
+
+
+def test_a_hand_back_asked_for_settles_the_work_before_it() -> None:
+    """The flusher asks when a round leaves nothing unflushed: handed back at once, and
+    the quiet that follows does not hand back again."""
+    p = Process()
+    returner = p.returner()
+    p.poll(returner, 1.0)
+    returner.hand_back()
+    assert p.returned == [p.now]
+    assert not any(p.poll(returner, 0.0) for _ in range(3 * QUIET_POLLS))
+    assert returner.returns == 1

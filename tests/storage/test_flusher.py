@@ -321,3 +321,25 @@ def test_a_commit_that_lands_after_the_next_round_began_is_not_committed_twice(
         assert rig.store.open("acme", "metrics").committed_lsn() == 2
     finally:
         rig.close()
+
+
+def test_a_round_that_leaves_nothing_unflushed_says_so(tmp_path: Path) -> None:
+    """The server hands freed memory back when a round leaves no rows unflushed (ingest
+    stopped): told after such a round, not after one that leaves rows behind."""
+    tables = [_rows(i) for i in range(4)]
+    one_request = max(sum(b.get_total_buffer_size() for b in t.to_batches()) for t in tables)
+    rig = Rig(tmp_path)
+    emptied: list[int] = []
+    flusher = Flusher(
+        rig.unflushed, rig.store, rig.wal, 1 << 30, 3600, rig.metrics,
+        emptied=lambda: emptied.append(rig.unflushed.rows),
+    )  # fmt: skip
+    try:
+        for t in tables:
+            rig.append("acme", "metrics", t)
+        assert flusher.flush(2 * one_request) and rig.unflushed.rows == 2 * 50
+        assert emptied == []
+        assert flusher.flush(2 * one_request) and rig.unflushed.rows == 0
+        assert emptied == [0]
+    finally:
+        rig.close()
