@@ -11,6 +11,8 @@ time range without SQL (for PromQL).
 from __future__ import annotations
 
 import dataclasses
+import logging
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -26,6 +28,8 @@ from shoal.storage.view import AsOf, TenantView, collect_view, series_in_range, 
 
 if TYPE_CHECKING:
     from shoal.storage.store import TableStore
+
+logger = logging.getLogger(__name__)
 
 
 class TenantReader:
@@ -62,6 +66,24 @@ class TenantReader:
         """One row per series of ``table`` seen in ``[start_ns, end_ns]``, from the series
         index: no scan of the data. Blocking, a few milliseconds."""
         return series_in_range(self.catalog, self.unflushed, tenant, table, start_ns, end_ns)
+
+    def warm(self) -> None:
+        """Read every tenant's series indexes once, in the calling thread, so that the first
+        query after a start does not wait for them: at a million series, loading an index
+        and merging the files its checkpoint does not cover takes seconds. A failure is
+        logged; the first query that needs the index reads it again."""
+        for tenant in self.catalog.tenants():
+            for table in sorted(set(self.catalog.tables(tenant)) & _INDEXED):
+                started = time.perf_counter()
+                try:
+                    found = self.series(tenant, table, 0, _LAST_NS)
+                except Exception:
+                    logger.exception("could not read the series index of %s/%s", tenant, table)
+                    continue
+                logger.info(
+                    "series index of %s/%s read: %d series in %.1f s",
+                    tenant, table, found.num_rows, time.perf_counter() - started,
+                )  # fmt: skip
 
     def view_series(
         self, view: TenantView, table: str, start_ns: int | None, end_ns: int | None
@@ -145,5 +167,8 @@ class TenantReader:
             return found.schema.empty_table(), inspected
         return pa.concat_tables(parts), inspected
 
+
+_INDEXED = {name for name, spec in SIGNAL_TABLES.items() if spec.index_columns}
+_LAST_NS = 2**63 - 1
 
 _LOOKUP_COLUMNS = {name: spec.lookup_column for name, spec in SIGNAL_TABLES.items()}

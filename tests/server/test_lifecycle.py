@@ -6,6 +6,7 @@ import http.client
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -107,6 +108,11 @@ def test_ready_only_after_replay_and_sigterm_flushes(
     assert _wal_files(data) == [(f"{last_lsn + 1:020d}.wal", 40)]
     third = start_server(data, env=env)
     assert metric_value(scrape(third), "shoal_snapshot_rows") == 0
+    # the series index is read at the start, before any query asks for it
+    deadline = time.monotonic() + 30
+    while "series index of default/metrics read" not in third.log():
+        assert time.monotonic() < deadline, third.log()
+        time.sleep(0.05)
     assert _post(third.http_port, 61) == 200  # LSN last_lsn + 1, into that segment
     third.kill()
     fourth = start_server(data, env=env)

@@ -7,6 +7,7 @@ files leaving the table.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 from pathlib import Path
@@ -22,6 +23,7 @@ from shoal.schema import METRICS
 from shoal.storage import layout, series_rows
 from shoal.storage import series as series_mod
 from shoal.storage.commit import Commit
+from shoal.storage.reader import TenantReader
 from shoal.storage.store import TableStore
 from shoal.storage.unflushed import LsnBatch
 
@@ -286,3 +288,35 @@ def test_a_server_table_merges_its_flushes_into_the_index_before_a_query_asks(
         summary.unlink()  # merged already: none is read again
     assert _actual(table.series(table.snapshot())) == _expected(pa.concat_tables(parts))
     assert not list((table.path / layout.SERIES_DIR).glob("hour=*.parquet"))
+
+
+def test_warm_reads_every_tenants_index_so_no_query_waits_for_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After ``warm`` (a start), the index answers without reading a file: every data
+    file, summary and checkpoint deleted, the series are still there. A tenant whose
+    index cannot be read is logged and the others are warmed."""
+    rng = random.Random(12)
+    store = TableStore(tmp_path / "data")
+    parts = {}
+    for tenant in ("a", "b", "c"):
+        table = store.open(tenant, "metrics", METRICS)
+        parts[tenant] = [_rows(rng, 100, BASE_US + i * HOUR_US, HOUR_US, 30) for i in range(3)]
+        for lsn, part in enumerate(parts[tenant], start=1):
+            table.flush(part, lsn)
+    fresh = TableStore(tmp_path / "data")
+    reader = TenantReader(fresh, None)
+    broken = fresh.open("c", "metrics", create=False)
+    for data in broken.path.rglob("*.parquet"):
+        data.unlink()  # tenant c's index cannot be read
+    with caplog.at_level(logging.INFO, logger="shoal.storage.reader"):
+        reader.warm()
+    assert "could not read the series index of c/metrics" in caplog.text
+    assert "series index of a/metrics read: 30 series" in caplog.text
+    for data in (tmp_path / "data").rglob("*.parquet"):
+        data.unlink()
+    for tenant in ("a", "b"):
+        found = reader.series(tenant, "metrics", 0, 2**63 - 1)
+        assert _actual(found) == _expected(pa.concat_tables(parts[tenant]))
+    with pytest.raises(FileNotFoundError):  # not warmed: the files were needed
+        reader.series("c", "metrics", 0, 2**63 - 1)
