@@ -23,6 +23,7 @@ from shoal.promql.model import NAME, Labels, key
 from shoal.promql.output import seconds
 from shoal.promql.source import QuerySource
 from shoal.promql.tree import Selector
+from shoal.storage import series_rows as series_index
 
 
 def selectors(texts: Sequence[str], start_ms: int, end_ms: int) -> list[Selector]:
@@ -246,19 +247,20 @@ def _job_instance_values(table: pa.Table, name: str) -> set[str]:
     row's resource attributes, as :func:`mapping.job_instance` makes them)."""
     attrs = table.column("resource_attributes")
 
-    def attr(key: str) -> pa.ChunkedArray:
-        return columns.lookup(attrs, key)
+    def attr(key: str) -> pa.ChunkedArray:  # as the index holds them: distinct values are few
+        return columns.lookup_encoded(attrs, key)
+
+    def text(values: pa.ChunkedArray | pa.Array) -> list[str]:
+        return [str(v or "") for v in series_index.plain(values).to_pylist()]
 
     if name == "instance":
-        return {str(v) for v in pc.unique(attr(mapping.SERVICE_INSTANCE_ID)).to_pylist() if v}
+        return set(text(pc.unique(attr(mapping.SERVICE_INSTANCE_ID)))) - {""}
     pairs = pa.table({"n": attr(mapping.SERVICE_NAME), "ns": attr(mapping.SERVICE_NAMESPACE)})
     distinct = pairs.group_by(["n", "ns"], use_threads=False).aggregate([])
     found = mapping.job_instance
     return {
         found({mapping.SERVICE_NAME: n, mapping.SERVICE_NAMESPACE: ns}).get("job", "")
-        for n, ns in zip(
-            distinct.column("n").to_pylist(), distinct.column("ns").to_pylist(), strict=True
-        )
+        for n, ns in zip(text(distinct.column("n")), text(distinct.column("ns")), strict=True)
     } - {""}
 
 

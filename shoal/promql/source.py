@@ -425,20 +425,26 @@ def _metrics(found: pa.Table) -> list[MetricInfo]:
 
 
 def _resources(found: pa.Table) -> pa.Table:
-    """One row per resource (service, namespace, instance) of the index rows ``found``."""
+    """One row per resource (service, namespace, instance) of the index rows ``found``:
+    its first row's. Grouped on the values as the index holds them (dictionary codes),
+    then once more on their text (null and "" are one resource), over the few groups."""
     attrs = found.column("resource_attributes")
-    keys = pa.table(
+    coded = pa.table(
         {
-            "s": pc.fill_null(series_index.plain(found.column("service_name")), ""),
-            "ns": columns.lookup(attrs, "service.namespace"),
-            "iid": columns.lookup(attrs, "service.instance.id"),
+            "s": found.column("service_name"),
+            "ns": columns.lookup_encoded(attrs, "service.namespace"),
+            "iid": columns.lookup_encoded(attrs, "service.instance.id"),
             "row": pa.array(np.arange(found.num_rows, dtype=np.int64)),
         }
     )
-    firsts = keys.group_by(["s", "ns", "iid"], use_threads=False).aggregate([("row", "min")])
+    groups = coded.group_by(["s", "ns", "iid"], use_threads=False).aggregate([("row", "min")])
+    texts = pa.table(
+        {name: pc.fill_null(series_index.plain(groups.column(name)), "") for name in _RESOURCE}
+    ).append_column("row", groups.column("row_min"))
+    firsts = texts.group_by(list(_RESOURCE), use_threads=False).aggregate([("row", "min")])
+    firsts = firsts.sort_by("row_min")
     rows = firsts.column("row_min")
-    return (
-        keys.select(["s", "ns", "iid"])
-        .take(rows)
-        .append_column("resource_attributes", attrs.take(rows))
-    )
+    return firsts.select(list(_RESOURCE)).append_column("resource_attributes", attrs.take(rows))
+
+
+_RESOURCE = ("s", "ns", "iid")

@@ -242,6 +242,47 @@ def test_map_lookups_read_plain_and_encoded_maps_and_slices_alike() -> None:
         )
 
 
+map_rows = st.lists(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c", ""]), st.sampled_from(["1", "2", "", None])),
+        max_size=4,
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@given(map_rows, map_rows, st.integers(0, 3), st.sampled_from(["a", "b", "c", "x"]))
+@settings(max_examples=150, deadline=None)
+def test_map_reads_agree_with_reading_row_by_row(
+    first: list[list[tuple[str, str | None]]],
+    second: list[list[tuple[str, str | None]]],
+    cut: int,
+    key: str,
+) -> None:
+    """Chunks encoded apart (two dictionaries), sliced, with null values and a key twice
+    in a row: the first entry of a row wins, an empty value is no value."""
+    expected_lookup = []
+    expected_kept = []
+    rows = first[cut:] + second
+    for row in rows:
+        values = [v for k, v in row if k == key]
+        expected_lookup.append(values[0] if values and values[0] is not None else "")
+        expected_kept += [(k, v) for k, v in row if v]
+    parts = [pa.table({"m": pa.array(part, MAP)}) for part in (first, second)]
+    plain_maps = pa.chunked_array(
+        [parts[0].column("m").chunk(0).slice(cut), parts[1]["m"].chunk(0)]
+    )
+    held = [series_index.hold(part).column("m").chunk(0) for part in parts]
+    encoded = pa.chunked_array([held[0].slice(cut), held[1]])
+    for maps in (plain_maps, encoded):
+        assert columns.lookup(maps, key).to_pylist() == expected_lookup
+        coded = columns.lookup_encoded(maps, key).to_pylist()
+        assert [v or "" for v in coded] == expected_lookup
+        keys, values = columns.keys_with_values(maps)
+        assert list(zip(keys.to_pylist(), values.to_pylist(), strict=True)) == expected_kept
+
+
 def test_among_reads_plain_and_encoded_strings_alike() -> None:
     texts = pa.array(["a", None, "b", "c", "a"], pa.string())
     encoded = pa.chunked_array(
