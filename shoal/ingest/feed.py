@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import threading
 from collections.abc import Sequence
 
@@ -27,26 +28,27 @@ DROPPED_SAMPLE_ROWS = 1000
 """How many dropped rows a subscription keeps (the rest are only counted)."""
 
 
+@dataclasses.dataclass(eq=False)
 class Subscription:
     """One follower of one tenant's table: a bounded buffer of row batches."""
 
-    def __init__(
-        self, feed: RowFeed, tenant: str, table: str, capacity: int, loop: asyncio.AbstractEventLoop
-    ) -> None:
-        self.feed = feed
-        self.tenant = tenant
-        self.table = table
-        self.capacity = capacity
-        self._loop = loop
-        self._lock = threading.Lock()
-        self._batches: collections.deque[pa.Table] = collections.deque()
-        self._rows = 0
-        self._dropped: list[pa.Table] = []
-        self._dropped_kept = 0
-        self.dropped = 0
-        """Rows dropped since the last :meth:`take` (all of them, sampled or not)."""
-        self._ready = asyncio.Event()
-        self._waking = False
+    feed: RowFeed
+    tenant: str
+    table: str
+    capacity: int
+    loop: asyncio.AbstractEventLoop
+    """The follower's event loop, woken when rows arrive."""
+    dropped: int = dataclasses.field(default=0, init=False)
+    """Rows dropped since the last :meth:`take` (all of them, sampled or not)."""
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, init=False)
+    _batches: collections.deque[pa.Table] = dataclasses.field(
+        default_factory=collections.deque, init=False
+    )
+    _rows: int = dataclasses.field(default=0, init=False)
+    _dropped: list[pa.Table] = dataclasses.field(default_factory=list, init=False)
+    _dropped_kept: int = dataclasses.field(default=0, init=False)
+    _ready: asyncio.Event = dataclasses.field(default_factory=asyncio.Event, init=False)
+    _waking: bool = dataclasses.field(default=False, init=False)
 
     def offer(self, rows: pa.Table) -> None:
         """Writer thread: buffer ``rows``, or drop them when they do not fit."""
@@ -64,7 +66,7 @@ class Subscription:
             if self._waking:
                 return
             self._waking = True
-        self._loop.call_soon_threadsafe(self._wake)
+        self.loop.call_soon_threadsafe(self._wake)
 
     def _wake(self) -> None:
         self._ready.set()

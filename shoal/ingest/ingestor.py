@@ -11,6 +11,7 @@ append, whatever the client does meanwhile.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import logging
@@ -52,21 +53,17 @@ class State(enum.Enum):
     DRAINING = "draining"
 
 
+@dataclasses.dataclass(eq=False)
 class Ingestor:
-    def __init__(
-        self,
-        queue: IngestQueue,
-        unflushed: UnflushedSink,
-        on_fatal: Callable[[BaseException], None],
-        feed: RowFeed | None = None,
-    ) -> None:
-        self.queue = queue
-        self._unflushed = unflushed
-        self._on_fatal = on_fatal
-        self.feed = feed
-        """Who follows the rows live (Loki's tail): handed each durable group's rows."""
-        self._wal: Appender | None = None
-        self.state = State.STARTING
+    queue: IngestQueue
+    unflushed: UnflushedSink
+    """Where a durable group's rows go before its acks resolve."""
+    on_fatal: Callable[[BaseException], None]
+    """Told of a fatal WAL error (the WAL has stopped: a failed fsync, say)."""
+    feed: RowFeed | None = None
+    """Who follows the rows live (Loki's tail): handed each durable group's rows."""
+    state: State = dataclasses.field(default=State.STARTING, init=False)
+    _wal: Appender | None = dataclasses.field(default=None, init=False)
 
     def open(self, wal: Appender) -> None:
         """Start accepting: the WAL is open and replayed."""
@@ -121,7 +118,7 @@ class Ingestor:
         except BaseException as exc:
             self.queue.release(nbytes)
             if isinstance(exc, WalFatalError):
-                self._on_fatal(exc)
+                self.on_fatal(exc)
             raise
         future.add_done_callback(functools.partial(self._appended, nbytes, ack))
 
@@ -131,7 +128,7 @@ class Ingestor:
         error = future.exception()
         if error is not None:
             if isinstance(error, WalFatalError):
-                self._on_fatal(error)
+                self.on_fatal(error)
             ack.fail(error)
 
     def on_durable(self, items: Sequence[tuple[int, object]]) -> None:
@@ -141,7 +138,7 @@ class Ingestor:
         the live followers, :attr:`feed`), and the group's acks wake each event loop once.
         """
         tagged = cast(Sequence[tuple[int, DurableTag]], items)
-        self._unflushed.add_many(
+        self.unflushed.add_many(
             [(lsn, (t[0], t[1], t[2])) for lsn, t in tagged], [t[4] for _, t in tagged]
         )
         if self.feed is not None:

@@ -55,10 +55,8 @@ class Connection:
         server: PgServer,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        refuse: bool = False,
     ) -> None:
         self.server = server
-        self.refuse = refuse
         self.reader = reader
         self.writer = writer
         self.decoder = codec.FrontendDecoder(server.max_message_bytes)
@@ -142,13 +140,15 @@ class Connection:
             ) from None
         return principal.tenant, user
 
-    async def run(self) -> None:
+    async def run(self, refuse: bool = False) -> None:
+        """Serve the client until it goes. ``refuse``: the server is full; the client is told
+        so once its startup packet came."""
         try:
             try:
                 startup = await asyncio.wait_for(self._startup(), AUTH_TIMEOUT_S)
                 if startup is None:
                     return
-                if self.refuse:
+                if refuse:
                     # answered after the startup packet, as PostgreSQL does when full
                     logger.warning("pgwire connection refused: pg_max_connections reached")
                     raise self._fatal(
@@ -269,7 +269,7 @@ class PgServer:
         full = len(self._tasks) >= self.max_connections
         self._tasks.add(task)
         try:
-            await Connection(self, reader, writer, refuse=full).run()
+            await Connection(self, reader, writer).run(refuse=full)
         finally:
             self._tasks.discard(task)
 

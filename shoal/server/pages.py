@@ -36,6 +36,7 @@ import platform
 import threading
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 logger = logging.getLogger(__name__)
 
@@ -97,28 +98,38 @@ def _rss() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
+class Probes(NamedTuple):
+    """The process as :class:`PageReturner` sees it (its CPU time, a clock, its resident
+    memory) and the hand-back it does; tests replace them together, with a process moved
+    by hand."""
+
+    trim: Callable[[], object] = _release_unused
+    """Hands the freed memory back."""
+    cpu: Callable[[], float] = time.process_time
+    """The process' CPU time, in seconds."""
+    clock: Callable[[], float] = time.monotonic
+    """Seconds, for the polls and the quiet spells."""
+    rss: Callable[[], int] = _rss
+    """The process' resident memory, in bytes."""
+
+
+PROCESS = Probes()
+"""The probes of this process, the server's."""
+
+
 class PageReturner:
-    """Hands freed memory back (``trim``) after :data:`QUIET_S` of quiet that follows
+    """Hands freed memory back (``probes.trim``) after :data:`QUIET_S` of quiet that follows
     work, and whenever resident memory grew :data:`GROWTH_BYTES` since the last time."""
 
     def __init__(
-        self,
-        trim: Callable[[], object] = _release_unused,
-        cpu: Callable[[], float] = time.process_time,
-        clock: Callable[[], float] = time.monotonic,
-        rss: Callable[[], int] = _rss,
-        poll_s: float = POLL_S,
-        quiet_s: float = QUIET_S,
+        self, probes: Probes = PROCESS, poll_s: float = POLL_S, quiet_s: float = QUIET_S
     ) -> None:
-        self._trim = trim
-        self._cpu = cpu
-        self._clock = clock
-        self._rss = rss
+        self._probes = probes
         self._poll_s = poll_s
         self._quiet_s = quiet_s
-        self._seen_at = self._worked_at = clock()
-        self._seen_cpu = cpu()
-        self._base = rss()
+        self._seen_at = self._worked_at = probes.clock()
+        self._seen_cpu = probes.cpu()
+        self._base = probes.rss()
         self._kept = False
         """The process has worked since the last hand-back (and may hold freed pages)."""
         self.returns = 0
@@ -128,26 +139,26 @@ class PageReturner:
 
     def check(self) -> bool:
         """One look: hand the pages back if due; True when it did."""
-        now, used = self._clock(), self._cpu()
+        now, used = self._probes.clock(), self._probes.cpu()
         if used - self._seen_cpu > QUIET_SHARE * (now - self._seen_at):
             self._kept, self._worked_at = True, now
         quiet_after_work = self._kept and now - self._worked_at >= self._quiet_s
-        due = quiet_after_work or self._rss() - self._base >= GROWTH_BYTES
+        due = quiet_after_work or self._probes.rss() - self._base >= GROWTH_BYTES
         if due:
             with self._lock:
                 self._return(quiet_after_work)
-            used = self._cpu()  # the hand-back's own work is not the next poll's
+            used = self._probes.cpu()  # the hand-back's own work is not the next poll's
         self._seen_at, self._seen_cpu = now, used
         return due
 
     def _return(self, settled: bool) -> None:
         try:
-            self._trim()
+            self._probes.trim()
         except Exception:  # never fatal: the pages stay until the next try
             logger.exception("handing freed memory back failed")
         self.returns += 1
         self._kept = self._kept and not settled
-        self._base = self._rss()
+        self._base = self._probes.rss()
 
     def hand_back(self) -> None:
         """Hand back now (a flush round left no rows unflushed: ingest stopped or is

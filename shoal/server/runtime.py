@@ -60,7 +60,7 @@ from shoal.server.telemetry import ServerMetrics, StorageMetricsAdapter, WalMetr
 from shoal.sql.service import QueryService
 from shoal.storage import layout
 from shoal.storage.cache import FileCache
-from shoal.storage.flusher import Flusher
+from shoal.storage.flusher import Flusher, FlushPolicy
 from shoal.storage.reader import TenantReader
 from shoal.storage.store import TableStore
 from shoal.storage.unflushed import UnflushedRows
@@ -414,9 +414,9 @@ class ServerRuntime:
             await grpc_server.stop(None)
             await http_task
             raise
+        policy = FlushPolicy(self.config.flush_max_bytes, self.config.flush_max_age_s)
         self.flusher = Flusher(
-            self.unflushed, store, wal, self.config.flush_max_bytes,
-            self.config.flush_max_age_s, self.metrics, helpers=layout.HELPERS,
+            self.unflushed, store, wal, policy, self.metrics, helpers=layout.HELPERS,
             emptied=self.pages.hand_back,
         )  # fmt: skip
         flusher = self.flusher

@@ -70,7 +70,8 @@ _MIN_PLANNING_S = 0.05
 
 @dataclasses.dataclass
 class _Planned:
-    """A planned query handed from the planning thread; ``stream`` is None when abandoned."""
+    """A planned query handed from the planning thread; ``stream`` is None when abandoned,
+    and once a :class:`QueryResult` took it."""
 
     schema: pa.Schema
     stream: RecordBatchStream | None
@@ -92,6 +93,10 @@ class Prepared:
     def tables_read(self) -> list[str]:
         return [t.name for t in tables_named_in(self.view, self.sql)]
 
+    def deadline(self, caps: Limits) -> float:
+        """When the query's time limit runs out: it counts from ``started``."""
+        return self.started + caps.timeout_s
+
 
 class QueryResult:
     """The streaming result of one query. Iterate :meth:`batches` once, then read ``truncated``.
@@ -100,24 +105,19 @@ class QueryResult:
     and cancels whatever DataFusion still has running.
     """
 
-    def __init__(
-        self,
-        schema: pa.Schema,
-        stream: RecordBatchStream,
-        deadline: float,
-        limits: Limits,
-        release: Any,
-        prepared: Prepared,
-        per_series: bool = False,
-    ) -> None:
-        self.schema = schema
+    def __init__(self, prepared: Prepared, planned: _Planned, limits: Limits, release: Any) -> None:
+        """Stream what ``planned`` started, under ``limits``; ``release`` frees the
+        concurrency slot. The stream is taken from ``planned`` (which the planning thread's
+        future keeps): the result alone holds it, so that dropping it cancels DataFusion's
+        work."""
         self.prepared = prepared
-        self.per_series = per_series
+        self.schema = planned.schema
+        self.per_series = planned.per_series
         """Whether the query ran per series first (:mod:`shoal.sql.series_plan`)."""
         self.truncated = False
         self.rows = 0
-        self._stream: RecordBatchStream | None = stream
-        self._deadline = deadline
+        self._stream, planned.stream = planned.stream, None
+        self._deadline = prepared.deadline(limits)
         self._limits = limits
         self._release = release
         self._buffer: list[pa.RecordBatch] = []
@@ -347,7 +347,7 @@ class QueryService:
         caps = (
             self.limits if max_rows is None else dataclasses.replace(self.limits, max_rows=max_rows)
         )
-        deadline = prepared.started + self.limits.timeout_s
+        deadline = prepared.deadline(self.limits)
         slots = await self._acquire_slots(prepared.tenant, deadline)
         try:
             self.gate.check()
@@ -414,11 +414,8 @@ class QueryService:
             release()
             raise
         session_box.append(planned.session)
-        stream, planned.stream = planned.stream, None
-        assert stream is not None
-        return QueryResult(
-            planned.schema, stream, deadline, caps, release, prepared, planned.per_series
-        )
+        assert planned.stream is not None
+        return QueryResult(prepared, planned, caps, release)
 
     async def run(
         self, tenant: str, sql: str, as_of: AsOf | None = None

@@ -29,6 +29,7 @@ ingest (docs/rationale.md).
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import threading
 import time
@@ -75,26 +76,32 @@ class FlushMetrics(Protocol):
     def flush_shared(self) -> None: ...
 
 
+@dataclasses.dataclass(frozen=True)
+class FlushPolicy:
+    """When a round starts: the unflushed rows hold ``max_bytes`` (the round then takes
+    that much) or their oldest row is ``max_age_s`` old, looked at every ``poll_s``."""
+
+    max_bytes: int
+    max_age_s: float
+    poll_s: float = 0.05
+
+
 class Flusher:
     def __init__(
         self,
         unflushed: UnflushedRows,
         store: FlushStore,
         wal: Truncatable,
-        max_bytes: int,
-        max_age_s: float,
+        policy: FlushPolicy,
         metrics: FlushMetrics,
-        poll_s: float = 0.05,
         helpers: concurrent.futures.Executor | None = None,
         emptied: Callable[[], object] | None = None,
     ) -> None:
         self._unflushed = unflushed
         self._store = store
         self._wal = wal
-        self._max_bytes = max_bytes
-        self._max_age_s = max_age_s
+        self._policy = policy
         self._metrics = metrics
-        self._poll_s = poll_s
         self._tables: dict[tuple[str, str], FlushTable] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -122,19 +129,19 @@ class Flusher:
         if self._unflushed.rows == 0:
             return False
         return (
-            self._unflushed.bytes >= self._max_bytes
-            or self._unflushed.oldest_age_s() >= self._max_age_s
+            self._unflushed.bytes >= self._policy.max_bytes
+            or self._unflushed.oldest_age_s() >= self._policy.max_age_s
         )
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            woken = self._wake.wait(self._poll_s)
+            woken = self._wake.wait(self._policy.poll_s)
             self._wake.clear()
             if self._stop.is_set():
                 break
             if woken or self._due():
                 try:
-                    self.flush(None if woken else self._max_bytes)
+                    self.flush(None if woken else self._policy.max_bytes)
                 except Exception:
                     logger.exception("flush round failed; retrying next round")
 
@@ -197,7 +204,7 @@ class Flusher:
                     tenant, table, data.num_rows, lsn, seconds,
                 )  # fmt: skip
             self.rounds += 1
-            self._behind = self._unflushed.bytes >= self._max_bytes
+            self._behind = self._unflushed.bytes >= self._policy.max_bytes
             if ok:
                 self.failure = None
                 self._wal.truncate_before(lsn + 1)

@@ -95,8 +95,10 @@ class UnflushedRows:
         self._lock = threading.Lock()
         self._tables: dict[tuple[str, str], _TableBuffer] = {}
         self._last_lsn = 0
-        self._rows = 0
-        self._bytes = 0
+        self.rows = 0
+        """Rows held, over every table (changed under the lock, read without it)."""
+        self.bytes = 0
+        """What the rows held count, in bytes (see :class:`LsnBatch`)."""
 
     # -- writers ---------------------------------------------------------------
 
@@ -131,8 +133,8 @@ class UnflushedRows:
                     buf.added_at.append(now)
                     buf.rows += batch.num_rows
                     buf.nbytes += size
-                    self._rows += batch.num_rows
-                    self._bytes += size
+                    self.rows += batch.num_rows
+                    self.bytes += size
                 if lsn > self._last_lsn:
                     self._last_lsn = lsn
 
@@ -151,7 +153,7 @@ class UnflushedRows:
         starts behind takes a round's worth, not the whole backlog."""
         with self._lock:
             lsn = self._last_lsn
-            if max_bytes is not None and self._bytes > max_bytes:
+            if max_bytes is not None and self.bytes > max_bytes:
                 lsn = self._cut(max_bytes)
             taken = {}
             for key, buf in self._tables.items():
@@ -188,8 +190,8 @@ class UnflushedRows:
             del buf.batches[:cut], buf.added_at[:cut]
             buf.rows -= rows
             buf.nbytes -= nbytes
-            self._rows -= rows
-            self._bytes -= nbytes
+            self.rows -= rows
+            self.bytes -= nbytes
             if not buf.batches:
                 del self._tables[(tenant, table)]
             return rows
@@ -212,14 +214,6 @@ class UnflushedRows:
         with self._lock:
             return sorted({tenant for tenant, _ in self._tables})
 
-    @property
-    def bytes(self) -> int:
-        return self._bytes
-
-    @property
-    def rows(self) -> int:
-        return self._rows
-
     def oldest_age_s(self) -> float:
         with self._lock:
             oldest = min((buf.added_at[0] for buf in self._tables.values()), default=None)
@@ -229,8 +223,8 @@ class UnflushedRows:
         with self._lock:
             oldest = min((buf.added_at[0] for buf in self._tables.values()), default=None)
             return UnflushedStats(
-                rows=self._rows,
-                bytes=self._bytes,
+                rows=self.rows,
+                bytes=self.bytes,
                 batches=sum(len(b.batches) for b in self._tables.values()),
                 oldest_age_s=0.0 if oldest is None else time.monotonic() - oldest,
                 last_lsn=self._last_lsn,

@@ -20,11 +20,11 @@ from shoal.errors import (
 )
 from shoal.wal.codec import MAX_RTYPE, MIN_RTYPE, SEGMENT_HEADER_SIZE
 from shoal.wal.fileops import OS_FILE_OPS, FileOps
-from shoal.wal.recovery import POLICIES, RecoveryReport, recover
+from shoal.wal.recovery import POLICIES, Recovered, RecoveryReport, recover
 from shoal.wal.replay import WalRecord, read_records
 from shoal.wal.reporting import NOOP_METRICS, WalMetrics
-from shoal.wal.segment import ActiveSegment, SegmentSet, create_segment, open_segment
-from shoal.wal.writer import FsyncPolicy, OnDurable, Writer
+from shoal.wal.segment import SegmentSet, create_segment, open_segment
+from shoal.wal.writer import FsyncPolicy, OnDurable, Tail, WalSettings, Writer
 
 logger = logging.getLogger(__name__)
 
@@ -41,21 +41,17 @@ class Wal:
 
     def __init__(
         self,
-        directory: Path,
         *,
         writer: Writer,
         segments: SegmentSet,
         report: RecoveryReport,
-        max_record_bytes: int,
-        replay_limit: int | None,
+        settings: WalSettings,
         lock_fd: int,
     ) -> None:
-        self._directory = directory
         self._writer = writer
         self._segments = segments
         self._report = report
-        self._max_record_bytes = max_record_bytes
-        self._replay_limit = replay_limit
+        self._settings = settings
         self._lock_fd: int | None = lock_fd
 
     @classmethod
@@ -98,6 +94,7 @@ class Wal:
             raise ConfigError(f"WAL segment size must be at least 4096 bytes, got {segment_bytes}")
         if not 0 < max_record_bytes < 2**32:
             raise ConfigError(f"WAL max record size must be in 1..2^32-1, got {max_record_bytes}")
+        settings = WalSettings(policy, segment_bytes, max_record_bytes, corruption_policy)
         ops = file_ops if file_ops is not None else OS_FILE_OPS
         path = Path(directory)
         if not path.is_dir():
@@ -108,10 +105,7 @@ class Wal:
                 raise WalFatalError(f"cannot create the WAL directory {path}: {exc}") from exc
         lock_fd = _lock_directory(path)
         try:
-            return cls._open_locked(
-                path, policy, segment_bytes, max_record_bytes, corruption_policy,
-                metrics, on_durable, ops, min_next_lsn, lock_fd,
-            )  # fmt: skip
+            return cls._open_locked(path, settings, metrics, on_durable, ops, min_next_lsn, lock_fd)
         except BaseException:
             os.close(lock_fd)
             raise
@@ -120,10 +114,7 @@ class Wal:
     def _open_locked(
         cls,
         path: Path,
-        policy: FsyncPolicy,
-        segment_bytes: int,
-        max_record_bytes: int,
-        corruption_policy: str,
+        settings: WalSettings,
         metrics: WalMetrics,
         on_durable: OnDurable | None,
         ops: FileOps,
@@ -131,54 +122,17 @@ class Wal:
         lock_fd: int,
     ) -> Wal:
         try:
-            found = recover(path, ops, corruption_policy, max_record_bytes, metrics)
+            found = recover(
+                path, ops, settings.corruption_policy, settings.max_record_bytes, metrics
+            )
         except OSError as exc:
             raise WalFatalError(f"cannot recover the WAL in {path}: {exc}") from exc
         report = found.report
-        next_lsn = max(found.max_lsn + 1, min_next_lsn, 1)
         segments = SegmentSet(ops, path, found.metas)
-        refuse: WalCorruptionError | None = None
-        active: ActiveSegment | None = None
-        if corruption_policy == "stop" and report.damaged:
-            first = report.damaged[0]
-            refuse = WalCorruptionError(
-                first.name,
-                first.valid_end,
-                f"{first.reason}; policy stop refuses appends until the damage is dealt with "
-                "(see `shoal wal verify`)",
-            )
-        else:
-            try:
-                last = found.last
-                if last is not None and next_lsn == last.last_lsn + 1:
-                    active = open_segment(ops, found.metas[-1])
-                else:
-                    # The header's previous LSN lets the next open check that
-                    # nothing is missing between the last segment and this one.
-                    prev = last.last_lsn if last is not None else next_lsn - 1
-                    active = create_segment(ops, path, next_lsn, prev)
-                    segments.add(active.meta)
-            except OSError as exc:
-                raise WalFatalError(f"cannot open the WAL for appending: {exc}") from exc
-        writer = Writer(
-            ops=ops,
-            segments=segments,
-            active=active,
-            next_lsn=next_lsn,
-            policy=policy,
-            segment_bytes=segment_bytes,
-            metrics=metrics,
-            on_durable=on_durable,
-            refuse=refuse,
-        )
+        tail = _tail(found, segments, settings.corruption_policy, min_next_lsn)
+        writer = Writer(tail=tail, settings=settings, metrics=metrics, on_durable=on_durable)
         wal = cls(
-            path,
-            writer=writer,
-            segments=segments,
-            report=report,
-            max_record_bytes=max_record_bytes,
-            replay_limit=report.stopped_after_lsn,
-            lock_fd=lock_fd,
+            writer=writer, segments=segments, report=report, settings=settings, lock_fd=lock_fd
         )
         writer.start()
         logger.info(
@@ -186,7 +140,7 @@ class Wal:
             path,
             len(found.metas),
             report.records_kept,
-            next_lsn,
+            tail.next_lsn,
             "" if report.clean else f", {len(report.damaged)} damaged segment(s)",
         )
         return wal
@@ -204,8 +158,8 @@ class Wal:
         """
         if not MIN_RTYPE <= rtype <= MAX_RTYPE:
             raise ValueError(f"record type must be in {MIN_RTYPE}..{MAX_RTYPE}, got {rtype}")
-        if len(payload) > self._max_record_bytes:
-            raise RecordTooLargeError(len(payload), self._max_record_bytes)
+        if len(payload) > self._settings.max_record_bytes:
+            raise RecordTooLargeError(len(payload), self._settings.max_record_bytes)
         return self._writer.submit(payload, rtype, tag)
 
     def flush(self, timeout: float | None = None) -> None:
@@ -221,7 +175,8 @@ class Wal:
         acknowledged when each segment is reached.
         """
         metas = self._segments.snapshot()
-        return read_records(metas, after_lsn, self._replay_limit, self._max_record_bytes)
+        limit = self._report.stopped_after_lsn
+        return read_records(metas, after_lsn, limit, self._settings.max_record_bytes)
 
     def truncate_before(self, lsn: int) -> int:
         """Remove whole segments whose records all have LSNs below ``lsn``.
@@ -238,7 +193,7 @@ class Wal:
 
     @property
     def directory(self) -> Path:
-        return self._directory
+        return self._segments.directory
 
     @property
     def last_lsn(self) -> int:
@@ -271,7 +226,7 @@ class Wal:
         after the damage were not replayed, so nothing committed them."""
         if not self._writer.shutdown(timeout):
             return
-        if retire and self._writer.fatal is None and self._replay_limit is None:
+        if retire and self._writer.fatal is None and self._report.stopped_after_lsn is None:
             self._retire()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -286,7 +241,7 @@ class Wal:
         tail = metas[-1]
         try:
             if tail.first_lsn != last + 1 or tail.end != SEGMENT_HEADER_SIZE:
-                fresh = create_segment(self._segments.ops, self._directory, last + 1, last)
+                fresh = create_segment(self._segments.ops, self.directory, last + 1, last)
                 fresh.close()
                 self._segments.add(fresh.meta)
             removed = self.truncate_before(last + 1)
@@ -305,6 +260,38 @@ class Wal:
         tb: TracebackType | None,
     ) -> None:
         self.shutdown()
+
+
+def _tail(
+    found: Recovered, segments: SegmentSet, corruption_policy: str, min_next_lsn: int
+) -> Tail:
+    """Where appends go on after recovery: the last segment when the next LSN continues it,
+    else a new one; under policy ``stop``, a damaged log refuses appends instead."""
+    next_lsn = max(found.max_lsn + 1, min_next_lsn, 1)
+    damaged = found.report.damaged
+    if corruption_policy == "stop" and damaged:
+        first = damaged[0]
+        damage = WalCorruptionError(
+            first.name,
+            first.valid_end,
+            f"{first.reason}; policy stop refuses appends until the damage is dealt with "
+            "(see `shoal wal verify`)",
+        )
+        return Tail(segments, None, next_lsn, damage)
+    ops = segments.ops
+    try:
+        last = found.last
+        if last is not None and next_lsn == last.last_lsn + 1:
+            active = open_segment(ops, found.metas[-1])
+        else:
+            # The header's previous LSN lets the next open check that
+            # nothing is missing between the last segment and this one.
+            prev = last.last_lsn if last is not None else next_lsn - 1
+            active = create_segment(ops, segments.directory, next_lsn, prev)
+            segments.add(active.meta)
+    except OSError as exc:
+        raise WalFatalError(f"cannot open the WAL for appending: {exc}") from exc
+    return Tail(segments, active, next_lsn)
 
 
 def _lock_directory(path: Path) -> int:

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shoal.errors import (
     ConfigError,
@@ -24,7 +24,7 @@ from shoal.errors import (
     WalFatalError,
 )
 from shoal.wal.codec import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE, encode_frame_header
-from shoal.wal.fileops import Buffer, FileOps
+from shoal.wal.fileops import Buffer
 from shoal.wal.reporting import WalMetrics
 from shoal.wal.segment import ActiveSegment, SegmentSet, create_segment
 
@@ -62,6 +62,18 @@ class FsyncPolicy:
         raise ConfigError(f"WAL fsync policy must be always, never or interval:<ms>, got {text!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class WalSettings:
+    """How a log is written and recovered, checked when it is opened: when the writer
+    fsyncs, the size past which it begins a new segment, the largest record, and what
+    recovery does with damage (``skip-segment`` or ``stop``)."""
+
+    fsync: FsyncPolicy
+    segment_bytes: int
+    max_record_bytes: int
+    corruption_policy: str
+
+
 class _Append:
     __slots__ = ("future", "payload", "rtype", "tag")
 
@@ -87,39 +99,39 @@ class _Fatal(Exception):
         self.error = error
 
 
-class Writer:
-    """Group-commit writer thread over a :class:`SegmentSet`."""
+@dataclass(eq=False, slots=True)
+class Tail:
+    """The end of the log, where appends go on: its segments, the one appended to, and the
+    next LSN to hand out. Recovery finds it; then the writer thread alone moves it on.
 
-    def __init__(
-        self,
-        *,
-        ops: FileOps,
-        segments: SegmentSet,
-        active: ActiveSegment | None,
-        next_lsn: int,
-        policy: FsyncPolicy,
-        segment_bytes: int,
-        metrics: WalMetrics,
-        on_durable: OnDurable | None,
-        refuse: WalCorruptionError | None = None,
-    ) -> None:
-        self._ops = ops
-        self._segments = segments
-        self._active = active
-        self._next_lsn = next_lsn
-        self._policy = policy
-        self._segment_bytes = segment_bytes
-        self._metrics = metrics
-        self._on_durable = on_durable
-        self._refuse = refuse
-        self._cond = threading.Condition()
-        self._queue: list[_Append | _Control] = []
-        self._closed = False
-        self._fatal: WalFatalError | None = None
-        self._unsynced_since = 0.0
-        self._concurrency = 1  # estimated appenders in flight (see _gather)
-        self._gather_target = 0
-        self._last_commit_s = 0.0
+    ``damage``: under policy ``stop``, the damage recovery found, which refuses every
+    append (no segment is then appended to)."""
+
+    segments: SegmentSet
+    active: ActiveSegment | None
+    next_lsn: int
+    damage: WalCorruptionError | None = None
+
+
+@dataclass(eq=False, kw_only=True)
+class Writer:
+    """Group-commit writer thread at the :class:`Tail` of a log."""
+
+    tail: Tail
+    settings: WalSettings
+    metrics: WalMetrics
+    on_durable: OnDurable | None
+    _cond: threading.Condition = field(default_factory=threading.Condition, init=False)
+    _queue: list[_Append | _Control] = field(default_factory=list, init=False)
+    _closed: bool = field(default=False, init=False)
+    _fatal: WalFatalError | None = field(default=None, init=False)
+    _unsynced_since: float = field(default=0.0, init=False)
+    _concurrency: int = field(default=1, init=False)
+    """Estimated appenders in flight (see :meth:`_gather`)."""
+    _gather_target: int = field(default=0, init=False)
+    _last_commit_s: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
         self._thread = threading.Thread(target=self._run, name="shoal-wal-writer", daemon=True)
 
     # -- called from any thread ------------------------------------------------
@@ -130,7 +142,7 @@ class Writer:
     @property
     def last_lsn(self) -> int:
         """The LSN of the last record written (durable under policy always)."""
-        return self._next_lsn - 1
+        return self.tail.next_lsn - 1
 
     @property
     def fatal(self) -> WalFatalError | None:
@@ -141,8 +153,8 @@ class Writer:
             raise WalFatalError(f"the WAL stopped after a fatal error: {self._fatal}")
         if self._closed:
             raise WalClosedError("the WAL is shut down")
-        if self._refuse is not None:
-            damage = self._refuse
+        damage = self.tail.damage
+        if damage is not None:
             raise WalCorruptionError(damage.segment, damage.offset, damage.reason)
 
     def submit(self, payload: bytes, rtype: int, tag: object) -> Future[int]:
@@ -211,7 +223,7 @@ class Writer:
         the last commit's duration. A lone appender (estimate 1) never waits.
         """
         target = self._concurrency
-        if len(self._queue) >= target or self._policy.mode != "always":
+        if len(self._queue) >= target or self.settings.fsync.mode != "always":
             return
         deadline = time.monotonic() + min(_GATHER_MAX_S, self._last_commit_s * _GATHER_FRACTION)
         self._gather_target = target
@@ -262,13 +274,13 @@ class Writer:
                 return
 
     def _sync_timeout(self) -> float | None:
-        active = self._active
-        if self._policy.mode != "interval" or active is None or not active.unsynced:
+        active = self.tail.active
+        if self.settings.fsync.mode != "interval" or active is None or not active.unsynced:
             return None
-        return self._unsynced_since + self._policy.interval_s - time.monotonic()
+        return self._unsynced_since + self.settings.fsync.interval_s - time.monotonic()
 
     def _sync_active(self) -> None:
-        active = self._active
+        active = self.tail.active
         if active is None or not active.unsynced:
             return
         try:
@@ -277,28 +289,30 @@ class Writer:
             raise _Fatal(WalFatalError(f"fsync of {active.meta.path.name} failed: {exc}")) from exc
 
     def _close_active(self) -> None:
-        if self._active is not None:
-            self._active.close()
-            self._active = None
+        tail = self.tail
+        if tail.active is not None:
+            tail.active.close()
+            tail.active = None
 
     def _segment_for(self, frame_size: int) -> ActiveSegment:
         """The segment the next frame goes to, rotating when it would not fit."""
-        seg = self._active
+        tail = self.tail
+        seg = tail.active
         if (
             seg is not None
             and not seg.poisoned
             and (
                 seg.written == SEGMENT_HEADER_SIZE
-                or seg.written + frame_size <= self._segment_bytes
+                or seg.written + frame_size <= self.settings.segment_bytes
             )
         ):
             return seg
         self._sync_active()  # raises _Fatal
-        lsn = self._next_lsn
-        new = create_segment(self._ops, self._segments.directory, lsn, lsn - 1)
+        lsn = tail.next_lsn
+        new = create_segment(tail.segments.ops, tail.segments.directory, lsn, lsn - 1)
         self._close_active()
-        self._active = new
-        self._segments.add(new.meta)
+        tail.active = new
+        tail.segments.add(new.meta)
         logger.debug("WAL rotated to %s", new.meta.path.name)
         return new
 
@@ -307,7 +321,7 @@ class Writer:
         durable: list[tuple[int, _Append]] = []
         failure: WalError | None = None
         fatal: WalFatalError | None = None
-        always = self._policy.mode == "always"
+        always = self.settings.fsync.mode == "always"
         count = len(items)
         i = 0
         while i < count:
@@ -319,8 +333,8 @@ class Writer:
             except OSError as exc:
                 failure = WalAppendError(f"cannot start a new WAL segment: {exc}")
                 break
-            room = self._segment_bytes - seg.written
-            lsn = self._next_lsn
+            room = self.settings.segment_bytes - seg.written
+            lsn = self.tail.next_lsn
             buffers: list[Buffer] = []
             nbytes = 0
             j = i
@@ -351,13 +365,13 @@ class Writer:
             elif not was_unsynced:
                 self._unsynced_since = time.monotonic()
             seg.meta.end = seg.written
-            self._next_lsn = lsn + j - i
-            self._metrics.group_committed(j - i, nbytes, fsync_seconds)
+            self.tail.next_lsn = lsn + j - i
+            self.metrics.group_committed(j - i, nbytes, fsync_seconds)
             durable.extend(zip(range(lsn, lsn + j - i), items[i:j], strict=True))
             i = j
-        if durable and self._on_durable is not None:
+        if durable and self.on_durable is not None:
             try:
-                self._on_durable([(lsn, item.tag) for lsn, item in durable])
+                self.on_durable([(lsn, item.tag) for lsn, item in durable])
             except Exception as exc:
                 logger.exception("WAL on_durable callback raised; the WAL stops")
                 fatal = fatal or WalFatalError(f"on_durable callback raised: {exc!r}")
@@ -371,7 +385,7 @@ class Writer:
             error: WalError = fatal or failure or WalAppendError("append failed")
             for item in items[i:]:
                 item.future.set_exception(error)
-            self._metrics.append_failed("fatal" if fatal is not None else "io", count - i)
+            self.metrics.append_failed("fatal" if fatal is not None else "io", count - i)
             if fatal is None:
                 logger.warning("WAL append of %d record(s) failed: %s", count - i, failure)
         return fatal
@@ -397,5 +411,5 @@ class Writer:
             else:
                 item.future.set_exception(error)
         if failed:
-            self._metrics.append_failed("fatal", failed)
+            self.metrics.append_failed("fatal", failed)
         self._close_active()

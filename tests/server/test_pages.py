@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from shoal.server import pages
-from shoal.server.pages import GROWTH_BYTES, POLL_S, QUIET_S, QUIET_SHARE, PageReturner
+from shoal.server.pages import GROWTH_BYTES, POLL_S, QUIET_S, QUIET_SHARE, PageReturner, Probes
 
 
 class Process:
@@ -27,10 +27,12 @@ class Process:
 
     def returner(self, trim: Callable[[], object] | None = None) -> PageReturner:
         return PageReturner(
-            trim=trim or (lambda: self.returned.append(self.now)),
-            cpu=lambda: self.cpu,
-            clock=lambda: self.now,
-            rss=lambda: self.rss,
+            Probes(
+                trim=trim or (lambda: self.returned.append(self.now)),
+                cpu=lambda: self.cpu,
+                clock=lambda: self.now,
+                rss=lambda: self.rss,
+            )
         )
 
     def poll(self, returner: PageReturner, share: float) -> bool:
@@ -129,7 +131,7 @@ def test_a_failing_hand_back_is_logged_and_tried_again(caplog: pytest.LogCapture
 def test_the_thread_hands_back_after_real_work_and_stops() -> None:
     """The real thread, clock, CPU time and resident size: work, then quiet."""
     returned: list[float] = []
-    returner = PageReturner(trim=lambda: returned.append(1.0), poll_s=0.05, quiet_s=0.2)
+    returner = PageReturner(Probes(trim=lambda: returned.append(1.0)), poll_s=0.05, quiet_s=0.2)
     returner.start()
     try:
         x = 0

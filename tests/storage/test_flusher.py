@@ -20,7 +20,7 @@ from shoal.errors import CommitConflictError
 from shoal.ingest import records
 from shoal.server.telemetry import ServerMetrics
 from shoal.storage import faults
-from shoal.storage.flusher import Flusher, FlushTable
+from shoal.storage.flusher import Flusher, FlushPolicy, FlushTable
 from shoal.storage.store import TableStore
 from shoal.storage.types import CommitResult
 from shoal.storage.unflushed import UnflushedRows
@@ -48,10 +48,8 @@ class Rig:
             self.unflushed,
             self.store,
             self.wal,
-            max_bytes,
-            max_age_s,
+            FlushPolicy(max_bytes, max_age_s, poll_s=0.01),
             self.metrics,
-            poll_s=0.01,
             helpers=helpers,
         )
 
@@ -144,7 +142,7 @@ def test_only_a_flusher_that_fell_behind_shares_its_writing(tmp_path: Path) -> N
     alone = Rig(tmp_path / "b")
     stores = [_During(rig), _During(alone)]
     shared, single = (
-        Flusher(r.unflushed, store, r.wal, 3 * one_request, 3600, r.metrics, helpers=h)
+        Flusher(r.unflushed, store, r.wal, FlushPolicy(3 * one_request, 3600), r.metrics, helpers=h)
         for r, store, h in ((rig, stores[0], helpers), (alone, stores[1], None))
     )
 
@@ -306,7 +304,7 @@ def test_a_commit_that_lands_after_the_next_round_began_is_not_committed_twice(
     drops round 1's rows and commits only the rest."""
     rig = Rig(tmp_path)
     store = _LandsLate(rig)
-    flusher = Flusher(rig.unflushed, store, rig.wal, 1 << 30, 3600, rig.metrics)
+    flusher = Flusher(rig.unflushed, store, rig.wal, FlushPolicy(1 << 30, 3600), rig.metrics)
     try:
         rig.append("acme", "metrics", _rows(1))
         assert not flusher.flush()  # timed out
@@ -331,7 +329,7 @@ def test_a_round_that_leaves_nothing_unflushed_says_so(tmp_path: Path) -> None:
     rig = Rig(tmp_path)
     emptied: list[int] = []
     flusher = Flusher(
-        rig.unflushed, rig.store, rig.wal, 1 << 30, 3600, rig.metrics,
+        rig.unflushed, rig.store, rig.wal, FlushPolicy(1 << 30, 3600), rig.metrics,
         emptied=lambda: emptied.append(rig.unflushed.rows),
     )  # fmt: skip
     try:
