@@ -104,7 +104,8 @@ class SeriesRows:
 
 
 def series_label_sets(table: pa.Table, promote: tuple[str, ...] = ()) -> list[Labels]:
-    """Every Prometheus label set of the series rows of :meth:`QuerySource.series`."""
+    """Every Prometheus label set of the series rows of :meth:`QuerySource.series`, in
+    label order (:func:`shoal.promql.model.key`), as Prometheus lists series."""
     seen: dict[LabelKey, Labels] = {}
     per_series = SeriesRows(table)
     for i in range(table.num_rows):
@@ -131,7 +132,7 @@ def series_label_sets(table: pa.Table, promote: tuple[str, ...] = ()) -> list[La
             labels = mapping.series_labels(name, attributes, resource, promote)
             labels.update(extra)
             seen.setdefault(key(labels), labels)
-    return list(seen.values())
+    return [seen[k] for k in sorted(seen)]
 
 
 def series_index(labels: pa.Table) -> dict[tuple[str, int], int]:

@@ -115,8 +115,8 @@ def _matching(
     """The label sets of the index rows ``table`` that ``matchers`` select, in order:
     made only for the rows the matchers may select (:func:`candidates.narrow`)."""
     rows = candidates.narrow(table, matchers, promote)
-    label_sets = series_labels.series_label_sets(rows, promote)
-    return _sorted([labels for labels in label_sets if matches_all(labels, matchers)])
+    label_sets = series_labels.series_label_sets(rows, promote)  # in order already
+    return [labels for labels in label_sets if matches_all(labels, matchers)]
 
 
 async def label_names(
