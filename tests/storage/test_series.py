@@ -178,6 +178,36 @@ def test_a_restart_reads_the_checkpoint_not_every_summary(tmp_path: Path) -> Non
     assert not list((table.path / layout.SERIES_DIR).glob("hour=*.parquet"))
 
 
+def test_a_checkpoint_keeps_the_index_encoded_and_one_written_plain_still_reads(
+    tmp_path: Path,
+) -> None:
+    """The checkpoint holds the strings as the index does (dictionaries, read back without
+    decoding); one an earlier version wrote with plain strings reads the same."""
+    rng = random.Random(13)
+    store = TableStore(tmp_path / "data")
+    table = store.open("t", "metrics", METRICS)
+    parts = [_rows(rng, 100, BASE_US + i * HOUR_US, HOUR_US, 30) for i in range(8)]
+    for lsn, part in enumerate(parts, start=1):
+        table.flush(part, lsn)
+    table.series(table.snapshot())
+    table.settle()
+    path = table.path / series_mod.CHECKPOINT
+    written = pq.read_table(path)
+    assert pa.types.is_dictionary(written.schema.field("metric_name").type)
+    assert pa.types.is_dictionary(written.schema.field("attributes").type.key_type)
+    for data in table.path.glob("hour=*/*.parquet"):
+        data.unlink()  # neither summaries nor data files: the checkpoint alone answers
+    for summary in (table.path / layout.SERIES_DIR).glob("hour=*.parquet"):
+        summary.unlink()
+    expected = _expected(pa.concat_tables(parts))
+    for check in ("as written", "plain"):
+        if check == "plain":
+            schema = series_rows.index_schema(METRICS).with_metadata(written.schema.metadata)
+            pq.write_table(written.cast(schema), path)
+        fresh = TableStore(tmp_path / "data").open("t", "metrics", create=False)
+        assert _actual(fresh.series(fresh.snapshot())) == expected, check
+
+
 def test_series_whose_rows_left_the_table_leave_the_index(store: TableStore) -> None:
     rng = random.Random(10)
     table = store.open("t", "metrics", METRICS)
