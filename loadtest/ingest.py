@@ -85,6 +85,13 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+_PORT_ATTEMPTS = 3
+
+
+class PortTakenError(RuntimeError):
+    """The server exited at startup: a port it was given is in use by another process."""
+
+
 class ServerProcess:
     """``shoal serve`` as a subprocess on free ports."""
 
@@ -104,13 +111,19 @@ class ServerProcess:
         """A cgroup directory the server joins before it runs (its ``cgroup.procs``)."""
         # the ``shoal`` entry point beside the interpreter running this code
         self.shoal = shoal or Path(sys.executable).with_name("shoal")
-        spare = iter(free_ports(3))
-        self.http_port = http_port or next(spare)
-        self.grpc_port = grpc_port or next(spare)
-        self.pg_port = pg_port or next(spare)
+        self._chosen = (http_port, grpc_port, pg_port)
+        self._pick_ports()
         self.extra_env = dict(env or {})
         self.log_path = log_path or self.data_dir.parent / f"{self.data_dir.name}-server.log"
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def _pick_ports(self) -> None:
+        """Free ports for those not chosen by the caller."""
+        spare = iter(free_ports(3))
+        http_port, grpc_port, pg_port = self._chosen
+        self.http_port = http_port or next(spare)
+        self.grpc_port = grpc_port or next(spare)
+        self.pg_port = pg_port or next(spare)
 
     @property
     def url(self) -> str:
@@ -121,6 +134,27 @@ class ServerProcess:
         return f"127.0.0.1:{self.grpc_port}"
 
     def start(self, wait: bool = True, timeout: float = 60.0) -> ServerProcess:
+        """Start the server (and with ``wait``, until it is ready). A free port picked here
+        can be taken by another process before the server binds it (tests run side by
+        side): the server then exits saying so, and starts again on other free ports."""
+        for attempt in range(_PORT_ATTEMPTS):
+            self._spawn()
+            if not wait:
+                return self
+            try:
+                self.wait_ready(timeout)
+                return self
+            except PortTakenError:
+                self.kill()
+                if attempt == _PORT_ATTEMPTS - 1 or all(self._chosen):
+                    raise
+                self._pick_ports()
+            except BaseException:
+                self.kill()  # never leave a half-started server behind
+                raise
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> None:
         env = dict(os.environ)
         env.update(
             {
@@ -144,13 +178,6 @@ class ServerProcess:
             preexec_fn=None if procs is None else lambda: procs.write_text(str(os.getpid())),
         )
         log.close()
-        if wait:
-            try:
-                self.wait_ready(timeout)
-            except BaseException:
-                self.kill()  # never leave a half-started server behind
-                raise
-        return self
 
     def log(self) -> str:
         try:
@@ -162,16 +189,19 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"shoal exited with {self.proc.returncode} during startup:\n"
-                    + self.log()[-4000:]
+                log = self.log()[-4000:]
+                error = (
+                    PortTakenError
+                    if "is already in use by another process" in log
+                    else RuntimeError
                 )
+                raise error(f"shoal exited with {self.proc.returncode} during startup:\n{log}")
             try:
                 with urllib.request.urlopen(self.url + "/readyz", timeout=1) as resp:
                     if resp.status == 200:
                         return
-            except OSError:
-                pass
+            except (OSError, http.client.HTTPException):
+                pass  # not listening yet, or another process on the port: it exits
             time.sleep(0.05)
         raise TimeoutError(f"shoal not ready after {timeout}s:\n{self.log()[-4000:]}")
 

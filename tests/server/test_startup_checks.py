@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.ingest import free_port
+from loadtest.ingest import ServerProcess, free_port
 from shoal import config as config_mod
 from shoal.errors import StartupError
 from shoal.server import preflight
@@ -190,3 +190,22 @@ def test_a_logged_request_that_does_not_read_back_stops_the_start(tmp_path: Path
     assert "WAL record 2 cannot be read back" in errors[0]
     assert "not valid snappy" in errors[0]
     assert {p.name: p.read_bytes() for p in wal_dir.iterdir()} == before
+
+
+def test_the_test_servers_start_again_on_other_ports_when_theirs_was_taken(
+    tmp_path: Path,
+) -> None:
+    """Tests run side by side: a free port picked for one server can be taken (here by a
+    listener answering what is not HTTP) before that server binds it."""
+    server = ServerProcess(tmp_path / "data")
+    taken = server.http_port
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", taken))
+        sock.listen()
+        server.start()
+        try:
+            assert server.http_port != taken
+            assert "is already in use" in server.log()
+            assert server.terminate() == 0
+        finally:
+            server.kill()
