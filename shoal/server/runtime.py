@@ -3,7 +3,8 @@
 Order of startup: listeners come up first (``/healthz`` answers, ingest gets
 503 and ``/readyz`` says not ready), then the tables are opened, the WAL is
 opened and replayed into the unflushed rows past each table's committed LSN, the
-flusher starts, and ingest opens (``/readyz`` 200).
+flusher starts, and ingest opens (``/readyz`` 200); the series indexes are then
+read in the background, so that the first query does not wait for them.
 
 SIGTERM/SIGINT: ingest answers 503 / UNAVAILABLE, admitted requests finish,
 the listeners stop, the flusher commits what is left, the WAL is closed, exit

@@ -25,6 +25,7 @@ from shoal.storage import series as series_mod
 from shoal.storage.commit import Commit
 from shoal.storage.reader import TenantReader
 from shoal.storage.store import TableStore
+from shoal.storage.table import Table
 from shoal.storage.unflushed import LsnBatch
 
 from .helpers import BASE_US, metrics_table
@@ -42,6 +43,18 @@ def _rows(rng: random.Random, n: int, start_us: int, span_us: int, n_series: int
         pa.map_(pa.string(), pa.string()),
     )
     return table.set_column(table.schema.get_field_index("attributes"), "attributes", attrs)
+
+
+def _flushed(
+    store: TableStore, seed: int, files: int, rows: int, tenant: str = "t"
+) -> tuple[Table, list[pa.Table]]:
+    """``files`` flushes of ``rows`` rows over 30 series, an hour apart, into a new table."""
+    rng = random.Random(seed)
+    table = store.open(tenant, "metrics", METRICS)
+    parts = [_rows(rng, rows, BASE_US + i * HOUR_US, HOUR_US, 30) for i in range(files)]
+    for lsn, part in enumerate(parts, start=1):
+        table.flush(part, lsn)
+    return table, parts
 
 
 def _expected(rows: pa.Table) -> dict[int, tuple[int, int, str]]:
@@ -161,13 +174,7 @@ def test_lost_or_damaged_summaries_are_rebuilt_from_the_data(tmp_path: Path) -> 
 
 
 def test_a_restart_reads_the_checkpoint_not_every_summary(tmp_path: Path) -> None:
-    rng = random.Random(9)
-    store = TableStore(tmp_path / "data")
-    table = store.open("t", "metrics", METRICS)
-    n = series_mod.CHECKPOINT_EVERY
-    parts = [_rows(rng, 100, BASE_US + i * HOUR_US, HOUR_US, 30) for i in range(n)]
-    for lsn, part in enumerate(parts, start=1):
-        table.flush(part, lsn)
+    table, parts = _flushed(TableStore(tmp_path / "data"), 9, series_mod.CHECKPOINT_EVERY, 100)
     table.series(table.snapshot())
     table.settle()
     assert (table.path / series_mod.CHECKPOINT).exists()
@@ -183,12 +190,7 @@ def test_a_checkpoint_keeps_the_index_encoded_and_one_written_plain_still_reads(
 ) -> None:
     """The checkpoint holds the strings as the index does (dictionaries, read back without
     decoding); one an earlier version wrote with plain strings reads the same."""
-    rng = random.Random(13)
-    store = TableStore(tmp_path / "data")
-    table = store.open("t", "metrics", METRICS)
-    parts = [_rows(rng, 100, BASE_US + i * HOUR_US, HOUR_US, 30) for i in range(8)]
-    for lsn, part in enumerate(parts, start=1):
-        table.flush(part, lsn)
+    table, parts = _flushed(TableStore(tmp_path / "data"), 13, series_mod.CHECKPOINT_EVERY, 100)
     table.series(table.snapshot())
     table.settle()
     path = table.path / series_mod.CHECKPOINT
@@ -307,12 +309,7 @@ def test_a_server_table_merges_its_flushes_into_the_index_before_a_query_asks(
 ) -> None:
     """In the server (a table opened for background work) each flush's series join the
     index in a thread of their own: the next read finds them merged."""
-    rng = random.Random(12)
-    store = TableStore(tmp_path / "data", background=True)
-    table = store.open("t", "metrics", METRICS)
-    parts = [_rows(rng, 200, BASE_US + i * HOUR_US, HOUR_US, 30) for i in range(3)]
-    for lsn, part in enumerate(parts, start=1):
-        table.flush(part, lsn)
+    table, parts = _flushed(TableStore(tmp_path / "data", background=True), 12, 3, 200)
     table.settle()
     for summary in (table.path / layout.SERIES_DIR).glob("hour=*.parquet"):
         summary.unlink()  # merged already: none is read again
@@ -326,14 +323,8 @@ def test_warm_reads_every_tenants_index_so_no_query_waits_for_it(
     """After ``warm`` (a start), the index answers without reading a file: every data
     file, summary and checkpoint deleted, the series are still there. A tenant whose
     index cannot be read is logged and the others are warmed."""
-    rng = random.Random(12)
     store = TableStore(tmp_path / "data")
-    parts = {}
-    for tenant in ("a", "b", "c"):
-        table = store.open(tenant, "metrics", METRICS)
-        parts[tenant] = [_rows(rng, 100, BASE_US + i * HOUR_US, HOUR_US, 30) for i in range(3)]
-        for lsn, part in enumerate(parts[tenant], start=1):
-            table.flush(part, lsn)
+    parts = {tenant: _flushed(store, 12, 3, 100, tenant)[1] for tenant in ("a", "b", "c")}
     fresh = TableStore(tmp_path / "data")
     reader = TenantReader(fresh, None)
     broken = fresh.open("c", "metrics", create=False)
