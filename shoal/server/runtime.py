@@ -427,7 +427,7 @@ class ServerRuntime:
         self.flusher.start()
         self.pages.start()
         self.ingestor.open(wal)
-        loop.run_in_executor(None, reader.warm)  # the first query need not wait for the index
+        loop.run_in_executor(None, reader.warm, stop.is_set)  # no first query waits for it
         # what the start-up made (170,000 objects) leaves every later garbage collection:
         # a query's many small objects set off full ones (docs/rationale.md)
         gc.collect()

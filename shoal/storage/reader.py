@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -67,13 +67,16 @@ class TenantReader:
         index: no scan of the data. Blocking, a few milliseconds."""
         return series_in_range(self.catalog, self.unflushed, tenant, table, start_ns, end_ns)
 
-    def warm(self) -> None:
+    def warm(self, stopping: Callable[[], bool] = lambda: False) -> None:
         """Read every tenant's series indexes once, in the calling thread, so that the first
         query after a start does not wait for them: at a million series, loading an index
         and merging the files its checkpoint does not cover takes seconds. A failure is
-        logged; the first query that needs the index reads it again."""
+        logged; the first query that needs the index reads it again. Stops at the next
+        index once ``stopping()`` (the server's shutdown need not wait for them all)."""
         for tenant in self.catalog.tenants():
             for table in sorted(set(self.catalog.tables(tenant)) & _INDEXED):
+                if stopping():
+                    return
                 started = time.perf_counter()
                 try:
                     found = self.series(tenant, table, 0, _LAST_NS)

@@ -331,6 +331,8 @@ def test_warm_reads_every_tenants_index_so_no_query_waits_for_it(
     for data in broken.path.rglob("*.parquet"):
         data.unlink()  # tenant c's index cannot be read
     with caplog.at_level(logging.INFO, logger="shoal.storage.reader"):
+        TenantReader(TableStore(tmp_path / "data"), None).warm(stopping=lambda: True)
+        assert "series index" not in caplog.text  # a stopping server reads none
         reader.warm()
     assert "could not read the series index of c/metrics" in caplog.text
     assert "series index of a/metrics read: 30 series" in caplog.text
