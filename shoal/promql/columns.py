@@ -68,7 +68,7 @@ def keys_with_values(maps: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
     kept_values: list[pa.Array] = []
     for chunk in maps.chunks:
         keys, values, _ = _children(chunk)
-        keep = ~_codes_of(values, "") & np.asarray(values.is_valid())
+        keep = ~_equal_to(values, "") & np.asarray(values.is_valid())
         kept_keys.append(keys.filter(pa.array(keep)))
         kept_values.append(values.filter(pa.array(keep)))
     both = pa.table({"k": pa.chunked_array(kept_keys), "v": pa.chunked_array(kept_values)})
@@ -99,7 +99,7 @@ def _children(chunk: pa.MapArray) -> tuple[pa.DictionaryArray, pa.DictionaryArra
     return keys, values, offsets - first
 
 
-def _codes_of(encoded: pa.DictionaryArray, text: str) -> np.ndarray[Any, np.dtype[np.bool_]]:
+def _equal_to(encoded: pa.DictionaryArray, text: str) -> np.ndarray[Any, np.dtype[np.bool_]]:
     """Whether each entry of ``encoded`` is ``text`` (null: False), tested on its codes."""
     wanted = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(encoded.dictionary, text), False)))
     codes = np.asarray(encoded.indices.fill_null(-1) if encoded.null_count else encoded.indices)
@@ -132,7 +132,7 @@ def _lookup_chunks(maps: pa.ChunkedArray, key: str) -> list[pa.Array]:
         rows: np.ndarray[Any, Any]
         if _encoded(pa.chunked_array([chunk])):
             keys, values, offsets = _children(chunk)
-            hit = np.flatnonzero(_codes_of(keys, key)).astype(np.int32)
+            hit = np.flatnonzero(_equal_to(keys, key)).astype(np.int32)
             rows = np.searchsorted(offsets, hit, side="right") - 1  # int32: twice as fast
         else:
             keys, values, every_row = _chunk_entries(chunk)

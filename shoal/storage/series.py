@@ -94,8 +94,8 @@ def _save(
     only their strings are dictionary-encoded: a flush's summary of 16,000 series is
     written in 12 ms instead of 15, and 11% smaller (docs/benchmarks.md). Strings the
     index holds dictionary-encoded are written so, as they are, and read back so: a
-    checkpoint of a million series is written in about half the time of decoding them
-    first and read back three times faster, 13% larger (docs/benchmarks.md)."""
+    checkpoint of a million series is written in a third of the time of decoding them
+    first and read back five times faster, at about the same size (docs/rationale.md)."""
     schema = table.schema.remove_metadata()
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(

@@ -145,3 +145,27 @@ def test_a_failed_final_flush_leaves_the_wal_to_replay(
     assert metric_value(scrape(restarted), "shoal_snapshot_rows") == 500
     assert restarted.terminate() == 0
     assert delta_rows(data, "default", "metrics").num_rows == 500
+
+
+def test_the_server_leaves_after_its_writers_without_the_interpreters_teardown(
+    tmp_path: Path,
+) -> None:
+    """``shoal serve`` ends with ``os._exit`` once stopped (the native libraries' teardown
+    aborted a clean stop now and then): threads still writing are waited for, the log is
+    flushed, and the exit code is the server's."""
+    written, log = tmp_path / "written", tmp_path / "log"
+    script = f"""
+import logging, pathlib, threading, time
+from shoal.commands.serve import leave
+logging.getLogger().addHandler(logging.FileHandler({str(log)!r}))
+def write():
+    time.sleep(0.3)
+    pathlib.Path({str(written)!r}).write_text("done")
+threading.Thread(target=write).start()
+logging.getLogger().warning("stopped")
+leave(3)
+"""
+    done = subprocess.run([sys.executable, "-c", script], timeout=60)
+    assert done.returncode == 3
+    assert written.read_text() == "done"
+    assert "stopped" in log.read_text()
