@@ -6,7 +6,6 @@ import argparse
 import logging
 import os
 import sys
-import threading
 from typing import NoReturn
 
 from shoal.commands import load_config
@@ -45,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
     leave(serve(config))
 
 
-THREADS_S = 30.0
-"""How long the exit waits for each thread still writing derived files (the series
+WRITERS_S = 30.0
+"""How long the exit waits for the threads still writing derived files (the series
 index's merge or checkpoint a final flush may start)."""
 
 
@@ -58,11 +57,11 @@ def leave(code: int) -> NoReturn:
     "terminate called without an active exception", twice in the test suite's
     thousands of stops, both after the log's "stopped"), so that a clean stop exited
     -6 and systemd restarted the service. The threads that write derived files are
-    waited for, the logs flushed, and the process leaves with ``code``."""
-    main = threading.main_thread()
-    for thread in threading.enumerate():
-        if thread is not main and not thread.daemon:
-            thread.join(THREADS_S)
+    waited for (not every thread: idle pool workers wait for the teardown to end them),
+    the logs flushed, and the process leaves with ``code``."""
+    from shoal.storage import series
+
+    series.wait_for_writers(WRITERS_S)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()

@@ -40,6 +40,8 @@ import collections
 import json
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -135,7 +137,20 @@ def _thread(
         thread.start()
     except RuntimeError:  # "can't create new thread at interpreter shutdown"
         return None
+    _WRITERS.add(thread)
     return thread
+
+
+_WRITERS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+"""The threads :func:`_thread` started that may still be running."""
+
+
+def wait_for_writers(timeout_s: float) -> None:
+    """Wait, ``timeout_s`` at most in all, for the threads merging or checkpointing a
+    series index (a process about to leave: they write derived files)."""
+    deadline = time.monotonic() + timeout_s
+    for thread in list(_WRITERS):
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class SeriesIndex:

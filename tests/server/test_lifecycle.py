@@ -151,21 +151,27 @@ def test_the_server_leaves_after_its_writers_without_the_interpreters_teardown(
     tmp_path: Path,
 ) -> None:
     """``shoal serve`` ends with ``os._exit`` once stopped (the native libraries' teardown
-    aborted a clean stop now and then): threads still writing are waited for, the log is
-    flushed, and the exit code is the server's."""
+    aborted a clean stop now and then): a series index thread still writing is waited
+    for, an idle pool worker is not (it waits for the teardown), the log is flushed, and
+    the exit code is the server's."""
     written, log = tmp_path / "written", tmp_path / "log"
     script = f"""
-import logging, pathlib, threading, time
+import concurrent.futures, logging, pathlib, time
 from shoal.commands.serve import leave
+from shoal.storage import series
 logging.getLogger().addHandler(logging.FileHandler({str(log)!r}))
 def write():
     time.sleep(0.3)
     pathlib.Path({str(written)!r}).write_text("done")
-threading.Thread(target=write).start()
+series._thread(write, (), "series-checkpoint t")
+pool = concurrent.futures.ThreadPoolExecutor(2)
+pool.submit(int).result()  # an idle worker left, its pool still referenced
 logging.getLogger().warning("stopped")
 leave(3)
 """
+    started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", script], timeout=60)
     assert done.returncode == 3
+    assert time.monotonic() - started < 20  # not held by the idle worker
     assert written.read_text() == "done"
     assert "stopped" in log.read_text()
