@@ -18,6 +18,8 @@ from shoal.storage.series_rows import plain
 
 Rows = np.ndarray[Any, np.dtype[np.int64]]
 Offsets = np.ndarray[Any, np.dtype[np.int32]]
+Mask = np.ndarray[Any, np.dtype[np.bool_]]
+_EMPTY = pa.array([""])
 
 
 def _entry_list(maps: pa.Array) -> pa.ListArray:
@@ -68,7 +70,7 @@ def keys_with_values(maps: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
     kept_values: list[pa.Array] = []
     for chunk in maps.chunks:
         keys, values, _ = _children(chunk)
-        keep = ~_equal_to(values, "") & np.asarray(values.is_valid())
+        keep = ~_in_dictionary(values, _EMPTY) & np.asarray(values.is_valid())
         kept_keys.append(keys.filter(pa.array(keep)))
         kept_values.append(values.filter(pa.array(keep)))
     both = pa.table({"k": pa.chunked_array(kept_keys), "v": pa.chunked_array(kept_values)})
@@ -99,13 +101,18 @@ def _children(chunk: pa.MapArray) -> tuple[pa.DictionaryArray, pa.DictionaryArra
     return keys, values, offsets - first
 
 
-def _equal_to(encoded: pa.DictionaryArray, text: str) -> np.ndarray[Any, np.dtype[np.bool_]]:
-    """Whether each entry of ``encoded`` is ``text`` (null: False), tested on its codes."""
-    wanted = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(encoded.dictionary, text), False)))
-    codes = np.asarray(encoded.indices.fill_null(-1) if encoded.null_count else encoded.indices)
-    if len(wanted) == 1:
-        return np.asarray(codes == wanted[0])
-    return np.isin(codes, wanted)
+def _in_dictionary(encoded: pa.DictionaryArray, chosen: pa.Array) -> Mask:
+    """Whether each entry of ``encoded`` is one of the strings ``chosen`` (null: False),
+    each distinct string tested once and the entries by their codes."""
+    hit = np.asarray(pc.is_in(encoded.dictionary, value_set=chosen), dtype=bool)
+    wanted = np.flatnonzero(hit)
+    indices = encoded.indices
+    codes = np.asarray(pc.fill_null(indices, 0) if indices.null_count else indices)
+    if not len(wanted):
+        return np.zeros(len(encoded), dtype=bool)
+    # one string (a key, a metric name): a comparison, cheaper than a table lookup
+    mask = np.asarray(codes == wanted[0]) if len(wanted) == 1 else hit[codes]
+    return mask & np.asarray(indices.is_valid()) if indices.null_count else mask
 
 
 def lookup(maps: pa.ChunkedArray, key: str) -> pa.ChunkedArray:
@@ -132,7 +139,7 @@ def _lookup_chunks(maps: pa.ChunkedArray, key: str) -> list[pa.Array]:
         rows: np.ndarray[Any, Any]
         if _encoded(pa.chunked_array([chunk])):
             keys, values, offsets = _children(chunk)
-            hit = np.flatnonzero(_equal_to(keys, key)).astype(np.int32)
+            hit = np.flatnonzero(_in_dictionary(keys, pa.array([key]))).astype(np.int32)
             rows = np.searchsorted(offsets, hit, side="right") - 1  # int32: twice as fast
         else:
             keys, values, every_row = _chunk_entries(chunk)
@@ -150,15 +157,5 @@ def among(column: pa.ChunkedArray, values: Sequence[str]) -> pa.ChunkedArray:
     chosen = pa.array(list(values), pa.string())
     if not pa.types.is_dictionary(column.type):
         return pc.fill_null(pc.is_in(column, value_set=chosen), False)
-    out = []
-    for chunk in column.chunks:
-        hit = np.asarray(pc.is_in(chunk.dictionary, value_set=chosen), dtype=bool)
-        codes = chunk.indices
-        if not len(hit):
-            picked = np.zeros(len(chunk), dtype=bool)
-        elif codes.null_count:
-            picked = hit[np.asarray(pc.fill_null(codes, 0))] & np.asarray(codes.is_valid())
-        else:
-            picked = hit[codes.to_numpy()]
-        out.append(pa.array(picked, pa.bool_()))
+    out = [pa.array(_in_dictionary(chunk, chosen), pa.bool_()) for chunk in column.chunks]
     return pa.chunked_array(out, pa.bool_())
