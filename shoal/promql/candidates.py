@@ -51,27 +51,25 @@ def narrow(table: pa.Table, matchers: Sequence[LabelMatcher], promote: tuple[str
 def _rows_matching(table: pa.Table, matcher: LabelMatcher, promote: tuple[str, ...]) -> Mask | None:
     """The rows with a value ``matcher`` matches in a place its label can come from;
     None when the label may be joined from several attribute keys."""
-    keys, values, rows = columns.entries(table.column("attributes"))
-    distinct = [str(k) for k in pc.unique(keys).to_pylist()]
-    sources = [k for k in distinct if mapping.label_name(k) == matcher.name]
+    attributes = table.column("attributes")
+    keys = columns.distinct_keys(attributes)
+    sources = [k for k in keys if mapping.label_name(k) == matcher.name]
     if len(sources) > 1:
         return None
     found = np.zeros(table.num_rows, dtype=bool)
     if sources:
-        chosen = pc.equal(keys, sources[0])
-        hits = _matched(pc.filter(values, chosen), matcher)
-        found[rows[np.asarray(chosen, dtype=bool)][hits]] = True
+        found[columns.rows_with(attributes, sources[0], matcher.matches)] = True
     resource = table.column("resource_attributes")
     per_row: list[pa.ChunkedArray] = []
     if matcher.name == "instance":
-        per_row.append(columns.lookup(resource, mapping.SERVICE_INSTANCE_ID))
+        per_row.append(columns.lookup_encoded(resource, mapping.SERVICE_INSTANCE_ID))
     elif matcher.name == "job":
         name = columns.lookup(resource, mapping.SERVICE_NAME)
         namespace = columns.lookup(resource, mapping.SERVICE_NAMESPACE)
         joined = pc.binary_join_element_wise(namespace, name, "/")
         per_row.append(pc.if_else(pc.equal(namespace, ""), name, joined))
     per_row += [
-        columns.lookup(resource, k)
+        columns.lookup_encoded(resource, k)
         for k in promote
         if k not in mapping.IDENTIFYING and mapping.label_name(k) == matcher.name
     ]
@@ -80,8 +78,12 @@ def _rows_matching(table: pa.Table, matcher: LabelMatcher, promote: tuple[str, .
     return found
 
 
-def _matched(values: pa.Array | pa.ChunkedArray, matcher: LabelMatcher) -> Mask:
-    """Which of ``values`` ``matcher`` matches, each distinct value tested once."""
+def _matched(values: pa.ChunkedArray, matcher: LabelMatcher) -> Mask:
+    """Which of ``values`` (null: no value, which ``matcher`` does not match) ``matcher``
+    matches, each distinct value tested once: through the codes where they are encoded."""
+    if pa.types.is_dictionary(values.type):
+        parts = [columns.codes_where(chunk, matcher.matches) for chunk in values.chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
     values = pc.fill_null(values, "")
     distinct = plain(pc.unique(values))
     ok = [matcher.matches(str(v)) for v in distinct.to_pylist()]

@@ -7,7 +7,7 @@ read plain and encoded maps alike.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,6 +78,71 @@ def keys_with_values(maps: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
     return both.column("k").chunk(0), both.column("v").chunk(0)
 
 
+def any_key_besides(maps: pa.ChunkedArray, known: Sequence[str]) -> bool:
+    """Whether any row of ``maps`` holds a non-empty value under a key not in ``known``:
+    tested through the codes where the maps are encoded, without a copy of the entries."""
+    chosen = pa.array(sorted(known), pa.string())
+    if not _encoded(maps):
+        keys, _ = keys_with_values(maps)
+        return bool(len(keys)) and not pc.all(pc.is_in(keys, value_set=chosen)).as_py()
+    for chunk in maps.chunks:
+        keys, values, _ = _children(chunk)
+        other = ~_in_dictionary(keys, chosen)
+        if other.any():
+            other &= ~_in_dictionary(values, _EMPTY) & np.asarray(values.is_valid())
+            if other.any():
+                return True
+    return False
+
+
+def distinct_keys(maps: pa.ChunkedArray) -> list[str]:
+    """The keys of ``maps`` that some row holds, each once."""
+    if not _encoded(maps):
+        keys, _, _ = entries(maps)
+        return sorted(str(k) for k in pc.unique(keys).to_pylist())
+    found: set[str] = set()
+    for chunk in maps.chunks:
+        keys, _, _ = _children(chunk)
+        used = np.bincount(np.asarray(keys.indices), minlength=len(keys.dictionary)) > 0
+        found.update(str(k) for k in keys.dictionary.filter(pa.array(used)).to_pylist())
+    return sorted(found)
+
+
+def rows_with(maps: pa.ChunkedArray, key: str, wanted: Callable[[str], bool]) -> Rows:
+    """The rows of ``maps`` holding an entry under ``key`` whose value (not null) satisfies
+    ``wanted``, which is asked once per distinct value; a row may appear more than once."""
+    if not _encoded(maps):
+        keys, values, rows = entries(maps)
+        chosen = np.asarray(pc.fill_null(pc.equal(keys, key), False), dtype=bool)
+        picked = pc.filter(values, pa.array(chosen))
+        distinct = pc.unique(picked)
+        ok = [v is not None and wanted(str(v)) for v in distinct.to_pylist()]
+        good = distinct.filter(pa.array(ok, pa.bool_()))
+        matched: Rows = rows[chosen][np.asarray(pc.is_in(picked, value_set=good), dtype=bool)]
+        return matched
+    out: list[Rows] = []
+    offset = 0
+    for chunk in maps.chunks:
+        keys, values, offsets = _children(chunk)
+        hit = _in_dictionary(keys, pa.array([key])) & codes_where(values, wanted)
+        at = np.flatnonzero(hit).astype(np.int32)
+        out.append(np.searchsorted(offsets, at, side="right").astype(np.int64) - 1 + offset)
+        offset += len(chunk)
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def codes_where(encoded: pa.DictionaryArray, wanted: Callable[[str], bool]) -> Mask:
+    """Whether each entry of ``encoded`` is a string (not null) that satisfies ``wanted``,
+    asked once per string of the dictionary."""
+    ok = np.array([v is not None and wanted(v) for v in encoded.dictionary.to_pylist()], bool)
+    indices = encoded.indices
+    if not len(ok):
+        return np.zeros(len(encoded), dtype=bool)
+    codes = np.asarray(pc.fill_null(indices, 0) if indices.null_count else indices)
+    mask: Mask = ok[codes]
+    return mask & np.asarray(indices.is_valid()) if indices.null_count else mask
+
+
 def _encoded(maps: pa.ChunkedArray) -> bool:
     """Whether ``maps`` (no null map among them) hold dictionary-encoded keys and values:
     their entries are then read through the codes, without a copy of every entry."""
@@ -120,7 +185,7 @@ def lookup(maps: pa.ChunkedArray, key: str) -> pa.ChunkedArray:
     has none."""
     if not pa.types.is_dictionary(maps.type.key_type):
         return pc.fill_null(pc.map_lookup(maps, key, "first"), "")
-    found = [plain(values) for values in _lookup_chunks(maps, key)]
+    found = [plain(values) for values in _lookup_chunks(maps, key) or []]
     return pc.fill_null(pa.chunked_array(found, pa.string()), "")
 
 
@@ -129,10 +194,19 @@ def lookup_encoded(maps: pa.ChunkedArray, key: str) -> pa.ChunkedArray:
     index) and null where a row has none: for grouping rows by value, cheaper than text."""
     if not pa.types.is_dictionary(maps.type.key_type):
         return pc.map_lookup(maps, key, "first")
-    return pa.chunked_array(_lookup_chunks(maps, key), maps.type.item_type)
+    found = _lookup_chunks(maps, key)
+    assert found is not None  # not asked for once
+    return pa.chunked_array(found, maps.type.item_type)
 
 
-def _lookup_chunks(maps: pa.ChunkedArray, key: str) -> list[pa.Array]:
+def lookup_once(maps: pa.ChunkedArray, key: str) -> pa.ChunkedArray | None:
+    """:func:`lookup_encoded`, or None where a row holds ``key`` twice (its answer would
+    then depend on which entry is read)."""
+    found = _lookup_chunks(maps, key, once=True)
+    return None if found is None else pa.chunked_array(found, maps.type.item_type)
+
+
+def _lookup_chunks(maps: pa.ChunkedArray, key: str, once: bool = False) -> list[pa.Array] | None:
     out = []
     for chunk in maps.chunks:
         hit: np.ndarray[Any, Any]
@@ -145,6 +219,8 @@ def _lookup_chunks(maps: pa.ChunkedArray, key: str) -> list[pa.Array]:
             keys, values, every_row = _chunk_entries(chunk)
             hit = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(keys, key), False)))
             rows = every_row[hit]
+        if once and bool(np.any(np.diff(rows) == 0)):
+            return None
         at = np.full(len(chunk), -1, dtype=np.int64)
         at[rows[::-1]] = hit[::-1]  # the first entry of a row wins
         out.append(values.take(pa.array(at, mask=at < 0)))

@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from shoal.promql import mapping
+from shoal.promql import label_columns, mapping
 from shoal.promql.mapping import MetricInfo
 from shoal.promql.model import LabelKey, Labels, key
 from shoal.storage.series_rows import plain
@@ -82,10 +82,10 @@ class SeriesRows:
         return found
 
     def attributes(self, i: int) -> dict[str, str]:
-        return {str(k): str(v) for k, v in self._attributes[i] or ()}
+        return mapping.text_map(self._attributes[i])
 
     def resource(self, i: int) -> dict[str, str]:
-        return {str(k): str(v) for k, v in self._resource[i] or ()}
+        return mapping.text_map(self._resource[i])
 
     def labels(
         self, i: int, name: str, extra: dict[str, str] | None = None
@@ -105,7 +105,14 @@ class SeriesRows:
 
 def series_label_sets(table: pa.Table, promote: tuple[str, ...] = ()) -> list[Labels]:
     """Every Prometheus label set of the series rows of :meth:`QuerySource.series`, in
-    label order (:func:`shoal.promql.model.key`), as Prometheus lists series."""
+    label order (:func:`shoal.promql.model.key`), as Prometheus lists series: made column
+    by column where the rows allow it (:mod:`shoal.promql.label_columns`)."""
+    found = label_columns.label_sets(table, promote)
+    return found if found is not None else label_sets_by_row(table, promote)
+
+
+def label_sets_by_row(table: pa.Table, promote: tuple[str, ...] = ()) -> list[Labels]:
+    """:func:`series_label_sets`, each row's label sets made in Python: for every row."""
     seen: dict[LabelKey, Labels] = {}
     per_series = SeriesRows(table)
     for i in range(table.num_rows):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -116,6 +117,12 @@ def label_name(key: str) -> str:
     elif out.startswith("_") and not out.startswith("__"):
         out = "key" + out
     return out
+
+
+def text_map(pairs: Iterable[tuple[Any, Any]] | None) -> dict[str, str]:
+    """An attribute map's ``(key, value)`` pairs as text; a null value is no value (``""``),
+    as an empty one is."""
+    return {str(k): "" if v is None else str(v) for k, v in pairs or ()}
 
 
 def job_instance(resource: Mapping[str, str]) -> dict[str, str]:
@@ -265,7 +272,7 @@ def target_label_sets(resources: pa.Table) -> list[Labels]:
     if not len(chosen):
         return []
     for raw in plain(maps.take(pa.array(chosen))).to_pylist():
-        labels = target_labels({str(a): str(b) for a, b in raw or []})
+        labels = target_labels(text_map(raw))
         if labels is not None:
             out.setdefault(label_key(labels), labels)
     return list(out.values())
@@ -278,7 +285,7 @@ def target_series(found: tuple[pa.Table, pa.Table]) -> list[Series]:
     for k, raw in zip(
         target_keys(resources), resources.column("resource_attributes").to_pylist(), strict=True
     ):
-        labels = target_labels({str(a): str(b) for a, b in raw or []})
+        labels = target_labels(text_map(raw))
         if labels is not None:
             labels_of[k] = labels
     if not labels_of or times.num_rows == 0:

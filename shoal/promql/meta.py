@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.errors import PromQLError
-from shoal.promql import candidates, columns, mapping, tree
+from shoal.promql import candidates, columns, label_columns, mapping, tree
 from shoal.promql import labels as series_labels
 from shoal.promql.matchers import LabelMatcher, matches_all, select_metrics
 from shoal.promql.model import NAME, Labels, key
@@ -115,6 +115,9 @@ def _matching(
     """The label sets of the index rows ``table`` that ``matchers`` select, in order:
     made only for the rows the matchers may select (:func:`candidates.narrow`)."""
     rows = candidates.narrow(table, matchers, promote)
+    found = label_columns.label_sets(rows, promote, matchers)
+    if found is not None:
+        return found
     label_sets = series_labels.series_label_sets(rows, promote)  # in order already
     return [labels for labels in label_sets if matches_all(labels, matchers)]
 
@@ -303,8 +306,8 @@ async def exemplars(
                 "",
                 bool(row["verbatim"]),
             )
-            attributes = {str(k): str(v) for k, v in row["attributes"] or []}
-            resource = {str(k): str(v) for k, v in row["resource_attributes"] or []}
+            attributes = mapping.text_map(row["attributes"])
+            resource = mapping.text_map(row["resource_attributes"])
             bounds = list(row["explicit_bounds"] or [])
             for ex in row["exemplars"] or []:
                 t_ms = int(ex["time_unix_nano"]) // 1_000_000

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from shoal.errors import PromQLError
 from shoal.promql import columns
 from shoal.promql.labels import SeriesRows
-from shoal.promql.mapping import MetricInfo, target_keys
+from shoal.promql.mapping import IDENTIFYING, MetricInfo, target_keys
 from shoal.promql.model import Series
 from shoal.promql.series import to_series
 from shoal.schema import METRICS, REMOTE_WRITE_SCOPE
@@ -367,7 +367,9 @@ class QuerySource:
     ) -> tuple[pa.Table, pa.Table]:
         """Each resource (by service and instance) with its attributes, and (with ``times``)
         every time it sent a point. Attributes are read only around each resource's first
-        point, as for :meth:`series`."""
+        point, as for :meth:`series`. Without ``times``, from the series index, for the
+        target_info label sets: none at all when no series' resource holds an attribute
+        beyond its identity (remote write's never do), which is seen without grouping."""
         target = (
             "coalesce(service_name, '') AS s, "
             "coalesce(resource_attributes['service.namespace'], '') AS ns, "
@@ -377,6 +379,10 @@ class QuerySource:
         empty = pa.table({"s": [], "ns": [], "iid": [], "time_unix_nano": []})
         if not times:  # the resources alone: from the series index
             found = await self._index(start_ms, end_ms)
+            attrs = found.column("resource_attributes")
+            if not columns.any_key_besides(attrs, sorted(IDENTIFYING)):
+                none = {name: pa.array([], pa.string()) for name in _RESOURCE}
+                return pa.table({**none, "resource_attributes": attrs.slice(0, 0)}), empty
             return self.memo("resources", found, lambda: _resources(found)), empty
         seen = await self._run(
             f"SELECT {target}, time_unix_nano FROM metrics WHERE {where} GROUP BY 1, 2, 3, 4"

@@ -9,12 +9,14 @@ resources with target_info attributes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.promql import candidates, columns, labels, mapping, meta
+from shoal.promql import candidates, columns, label_columns, labels, mapping, meta
 from shoal.promql.matchers import LabelMatcher, matches_all
 from shoal.promql.model import key
 from shoal.promql.source import _resources
@@ -107,6 +109,14 @@ def test_column_wise_answers_equal_the_label_sets(
         if found is not None:
             one_by_one.setdefault(key(found), found)
     assert targets == list(one_by_one.values())
+    resource_maps = table.column("resource_attributes")
+    beyond = any(
+        k not in mapping.IDENTIFYING and v
+        for r in rows
+        for k, v in r["resource"].items()  # type: ignore[attr-defined]
+    )
+    assert columns.any_key_besides(resource_maps, sorted(mapping.IDENTIFYING)) == beyond
+    assert beyond or not targets  # none is looked for where no resource has more
     label_sets = labels.series_label_sets(table, promote) + targets
     names = {name for labels in label_sets for name in labels}
     assert meta._all_label_names(table, resources, promote) == names
@@ -311,13 +321,15 @@ def test_a_selector_without_a_metric_name_makes_label_sets_only_for_its_rows(
     ]
     table = series_index.hold(_index(rows))
     made: list[int] = []
-    real = labels.series_label_sets
+    real = label_columns.label_sets
 
-    def counted(rows: pa.Table, promote: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    def counted(
+        rows: pa.Table, promote: tuple[str, ...] = (), matchers: Sequence[LabelMatcher] = ()
+    ) -> list[dict[str, str]] | None:
         made.append(rows.num_rows)
-        return real(rows, promote)
+        return real(rows, promote, matchers)
 
-    monkeypatch.setattr(labels, "series_label_sets", counted)
+    monkeypatch.setattr(label_columns, "label_sets", counted)
     found = meta._matching(table, [LabelMatcher("instance", "=", "i7")], ())
     assert made == [5] and len(found) == 5  # i7 is series 7, 407, 807, 1207, 1607
     assert {ls["instance"] for ls in found} == {"i7"}
