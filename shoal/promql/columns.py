@@ -60,22 +60,47 @@ def entries(maps: pa.ChunkedArray) -> tuple[pa.Array, pa.Array, Rows]:
     return pa.concat_arrays(keys), pa.concat_arrays(values), np.concatenate(rows)
 
 
-def keys_with_values(maps: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
+def _keys_with_values(maps: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
     """The keys and values of every entry of ``maps`` whose value is not empty."""
+    keys, values, _ = entries(maps)
+    keep = pc.fill_null(pc.not_equal(values, ""), False)
+    return pc.filter(keys, keep), pc.filter(values, keep)
+
+
+def valued_keys(maps: pa.ChunkedArray) -> set[str]:
+    """The keys under which some row of ``maps`` holds a non-empty value."""
     if not _encoded(maps):
-        keys, values, _ = entries(maps)
-        keep = pc.fill_null(pc.not_equal(values, ""), False)
-        return pc.filter(keys, keep), pc.filter(values, keep)
-    kept_keys: list[pa.Array] = []
-    kept_values: list[pa.Array] = []
+        keys, _ = _keys_with_values(maps)
+        return {str(k) for k in pc.unique(keys).to_pylist()}
+    found: set[str] = set()
     for chunk in maps.chunks:
         keys, values, _ = _children(chunk)
-        keep = ~_in_dictionary(values, _EMPTY) & np.asarray(values.is_valid())
-        kept_keys.append(keys.filter(pa.array(keep)))
-        kept_values.append(values.filter(pa.array(keep)))
-    both = pa.table({"k": pa.chunked_array(kept_keys), "v": pa.chunked_array(kept_values)})
-    both = both.unify_dictionaries().combine_chunks()
-    return both.column("k").chunk(0), both.column("v").chunk(0)
+        found.update(_used(keys, _valued(values)))
+    return found
+
+
+def values_under(maps: pa.ChunkedArray, key: str) -> set[str]:
+    """The non-empty values that rows of ``maps`` hold under ``key``."""
+    if not _encoded(maps):
+        keys, values = _keys_with_values(maps)
+        return {str(v) for v in pc.unique(pc.filter(values, pc.equal(keys, key))).to_pylist()}
+    found: set[str] = set()
+    for chunk in maps.chunks:
+        keys, values, _ = _children(chunk)
+        found.update(_used(values, _valued(values) & _in_dictionary(keys, pa.array([key]))))
+    return found
+
+
+def _valued(values: pa.DictionaryArray) -> Mask:
+    valued: Mask = ~_in_dictionary(values, _EMPTY) & np.asarray(values.is_valid())
+    return valued
+
+
+def _used(encoded: pa.DictionaryArray, chosen: Mask) -> list[str]:
+    """The strings of ``encoded``'s dictionary that its ``chosen`` entries hold."""
+    codes = np.asarray(pc.fill_null(encoded.indices, 0))[chosen]
+    used = np.bincount(codes, minlength=len(encoded.dictionary)) > 0
+    return [str(v) for v in encoded.dictionary.filter(pa.array(used)).to_pylist()]
 
 
 def any_key_besides(maps: pa.ChunkedArray, known: Sequence[str]) -> bool:
@@ -83,13 +108,13 @@ def any_key_besides(maps: pa.ChunkedArray, known: Sequence[str]) -> bool:
     tested through the codes where the maps are encoded, without a copy of the entries."""
     chosen = pa.array(sorted(known), pa.string())
     if not _encoded(maps):
-        keys, _ = keys_with_values(maps)
+        keys, _ = _keys_with_values(maps)
         return bool(len(keys)) and not pc.all(pc.is_in(keys, value_set=chosen)).as_py()
     for chunk in maps.chunks:
         keys, values, _ = _children(chunk)
         other = ~_in_dictionary(keys, chosen)
         if other.any():
-            other &= ~_in_dictionary(values, _EMPTY) & np.asarray(values.is_valid())
+            other &= _valued(values)
             if other.any():
                 return True
     return False

@@ -144,10 +144,9 @@ def _all_label_names(table: pa.Table, resources: pa.Table, promote: tuple[str, .
     names: set[str] = set()
     if table.num_rows:
         names.add(NAME)
-        keys, _ = columns.keys_with_values(table.column("attributes"))
-        names.update(mapping.label_name(str(k)) for k in pc.unique(keys).to_pylist())
-        r_keys, _ = columns.keys_with_values(table.column("resource_attributes"))
-        present = set(pc.unique(r_keys).to_pylist())
+        keys = columns.valued_keys(table.column("attributes"))
+        names.update(mapping.label_name(k) for k in keys)
+        present = columns.valued_keys(table.column("resource_attributes"))
         names.update(
             mapping.label_name(k) for k in promote if k in present and k not in mapping.IDENTIFYING
         )
@@ -218,8 +217,8 @@ def _all_label_values(
         mapping.label_name(k) == name for k in promote if k not in mapping.IDENTIFYING
     ):
         return None
-    keys, vals = columns.keys_with_values(table.column("attributes"))
-    sources = [str(k) for k in pc.unique(keys).to_pylist() if mapping.label_name(str(k)) == name]
+    attributes = table.column("attributes")
+    sources = [k for k in columns.valued_keys(attributes) if mapping.label_name(k) == name]
     if name in ("job", "instance", "le", "quantile"):
         if sources:
             return None
@@ -240,8 +239,7 @@ def _all_label_values(
     if len(sources) > 1:
         return None
     if sources:
-        chosen = pc.filter(vals, pc.equal(keys, sources[0]))
-        values.update(str(v) for v in pc.unique(chosen).to_pylist())
+        values.update(columns.values_under(attributes, sources[0]))
     return values
 
 

@@ -245,11 +245,10 @@ def test_map_lookups_read_plain_and_encoded_maps_and_slices_alike() -> None:
         keys, values, rows = columns.entries(sliced)
         assert keys.to_pylist() == ["b", "b", "a", "c"] and rows.tolist() == [0, 0, 1, 2]
         assert values.to_pylist() == ["3", "4", "", "5"]
-        kept_keys, kept_values = columns.keys_with_values(sliced)
-        assert (kept_keys.to_pylist(), kept_values.to_pylist()) == (
-            ["b", "b", "c"],
-            ["3", "4", "5"],
-        )
+        assert columns.valued_keys(sliced) == {"b", "c"}
+        assert columns.values_under(sliced, "b") == {"3", "4"}
+        assert columns.lookup_once(sliced, "b") is None  # "b" twice in one row
+        assert columns.rows_with(sliced, "b", lambda v: v == "4").tolist() == [0]
 
 
 map_rows = st.lists(
@@ -289,8 +288,18 @@ def test_map_reads_agree_with_reading_row_by_row(
         assert columns.lookup(maps, key).to_pylist() == expected_lookup
         coded = columns.lookup_encoded(maps, key).to_pylist()
         assert [v or "" for v in coded] == expected_lookup
-        keys, values = columns.keys_with_values(maps)
-        assert list(zip(keys.to_pylist(), values.to_pylist(), strict=True)) == expected_kept
+        assert columns.valued_keys(maps) == {k for k, _ in expected_kept}
+        assert columns.values_under(maps, key) == {v for k, v in expected_kept if k == key}
+        assert columns.distinct_keys(maps) == sorted({k for row in rows for k, _ in row})
+        assert columns.any_key_besides(maps, [key]) == any(k != key for k, _ in expected_kept)
+        wanted = {"1"}.__contains__
+        holding = {i for i, row in enumerate(rows) for k, v in row if k == key and v == "1"}
+        assert set(columns.rows_with(maps, key, wanted).tolist()) == holding
+        once = columns.lookup_once(maps, key)
+        twice = any(sum(k == key for k, _ in row) > 1 for row in rows)
+        assert (once is None) == twice
+        if once is not None:
+            assert [v or "" for v in once.to_pylist()] == expected_lookup
 
 
 def test_among_reads_plain_and_encoded_strings_alike() -> None:
