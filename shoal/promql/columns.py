@@ -81,13 +81,32 @@ def valued_keys(maps: pa.ChunkedArray) -> set[str]:
 
 def values_under(maps: pa.ChunkedArray, key: str) -> set[str]:
     """The non-empty values that rows of ``maps`` hold under ``key``."""
+    found = _values_under(maps, key, once=False)
+    assert found is not None  # not asked for once
+    return found
+
+
+def values_under_once(maps: pa.ChunkedArray, key: str) -> set[str] | None:
+    """:func:`values_under`, or None where a row holds ``key`` twice (for the values of
+    each row's first entry, as :func:`lookup` reads them)."""
+    return _values_under(maps, key, once=True)
+
+
+def _values_under(maps: pa.ChunkedArray, key: str, once: bool) -> set[str] | None:
     if not _encoded(maps):
+        if once and _lookup_chunks(maps, key, once=True) is None:
+            return None
         keys, values = _keys_with_values(maps)
         return {str(v) for v in pc.unique(pc.filter(values, pc.equal(keys, key))).to_pylist()}
     found: set[str] = set()
     for chunk in maps.chunks:
-        keys, values, _ = _children(chunk)
-        found.update(_used(values, _valued(values) & _in_dictionary(keys, pa.array([key]))))
+        keys, values, offsets = _children(chunk)
+        under = _in_dictionary(keys, pa.array([key]))
+        if once:  # entries under the key per row, from running counts at the row bounds
+            running = np.concatenate([[0], np.cumsum(under, dtype=np.int32)])
+            if len(offsets) > 1 and int(np.max(np.diff(running[offsets]))) > 1:
+                return None
+        found.update(_used(values, _valued(values) & under))
     return found
 
 

@@ -255,6 +255,9 @@ def _job_instance_values(table: pa.Table, name: str) -> set[str]:
         return [str(v or "") for v in series_index.plain(values).to_pylist()]
 
     if name == "instance":
+        instances = columns.values_under_once(attrs, mapping.SERVICE_INSTANCE_ID)
+        if instances is not None:  # no resource holds the key twice: no entry to choose
+            return instances
         return set(text(pc.unique(attr(mapping.SERVICE_INSTANCE_ID)))) - {""}
     pairs = pa.table({"n": attr(mapping.SERVICE_NAME), "ns": attr(mapping.SERVICE_NAMESPACE)})
     distinct = pairs.group_by(["n", "ns"], use_threads=False).aggregate([])

@@ -368,8 +368,7 @@ class QuerySource:
         """Each resource (by service and instance) with its attributes, and (with ``times``)
         every time it sent a point. Attributes are read only around each resource's first
         point, as for :meth:`series`. Without ``times``, from the series index, for the
-        target_info label sets: none at all when no series' resource holds an attribute
-        beyond its identity (remote write's never do), which is seen without grouping."""
+        target_info label sets (:func:`_resources`)."""
         target = (
             "coalesce(service_name, '') AS s, "
             "coalesce(resource_attributes['service.namespace'], '') AS ns, "
@@ -379,10 +378,6 @@ class QuerySource:
         empty = pa.table({"s": [], "ns": [], "iid": [], "time_unix_nano": []})
         if not times:  # the resources alone: from the series index
             found = await self._index(start_ms, end_ms)
-            attrs = found.column("resource_attributes")
-            if not columns.any_key_besides(attrs, sorted(IDENTIFYING)):
-                none = {name: pa.array([], pa.string()) for name in _RESOURCE}
-                return pa.table({**none, "resource_attributes": attrs.slice(0, 0)}), empty
             return self.memo("resources", found, lambda: _resources(found)), empty
         seen = await self._run(
             f"SELECT {target}, time_unix_nano FROM metrics WHERE {where} GROUP BY 1, 2, 3, 4"
@@ -433,8 +428,14 @@ def _metrics(found: pa.Table) -> list[MetricInfo]:
 def _resources(found: pa.Table) -> pa.Table:
     """One row per resource (service, namespace, instance) of the index rows ``found``:
     its first row's. Grouped on the values as the index holds them (dictionary codes),
-    then once more on their text (null and "" are one resource), over the few groups."""
+    then once more on their text (null and "" are one resource), over the few groups.
+    None at all when no row's resource holds an attribute beyond its identity (remote
+    write's never do), which is seen without grouping: such resources make no
+    target_info, all that the resources alone are read for."""
     attrs = found.column("resource_attributes")
+    if not columns.any_key_besides(attrs, sorted(IDENTIFYING)):
+        none = {name: pa.array([], pa.string()) for name in _RESOURCE}
+        return pa.table({**none, "resource_attributes": attrs.slice(0, 0)})
     coded = pa.table(
         {
             "s": found.column("service_name"),

@@ -284,19 +284,22 @@ def test_map_reads_agree_with_reading_row_by_row(
     )
     held = [series_index.hold(part).column("m").chunk(0) for part in parts]
     encoded = pa.chunked_array([held[0].slice(cut), held[1]])
+    twice = any(sum(k == key for k, _ in row) > 1 for row in rows)
     for maps in (plain_maps, encoded):
         assert columns.lookup(maps, key).to_pylist() == expected_lookup
         coded = columns.lookup_encoded(maps, key).to_pylist()
         assert [v or "" for v in coded] == expected_lookup
         assert columns.valued_keys(maps) == {k for k, _ in expected_kept}
         assert columns.values_under(maps, key) == {v for k, v in expected_kept if k == key}
+        firsts = columns.values_under_once(maps, key)
+        assert (firsts is None) == twice
+        assert firsts is None or firsts == set(expected_lookup) - {""}
         assert columns.distinct_keys(maps) == sorted({k for row in rows for k, _ in row})
         assert columns.any_key_besides(maps, [key]) == any(k != key for k, _ in expected_kept)
         wanted = {"1"}.__contains__
         holding = {i for i, row in enumerate(rows) for k, v in row if k == key and v == "1"}
         assert set(columns.rows_with(maps, key, wanted).tolist()) == holding
         once = columns.lookup_once(maps, key)
-        twice = any(sum(k == key for k, _ in row) > 1 for row in rows)
         assert (once is None) == twice
         if once is not None:
             assert [v or "" for v in once.to_pylist()] == expected_lookup
