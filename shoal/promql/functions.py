@@ -25,6 +25,7 @@ from shoal.promql.model import (
     key,
     latest_values,
     merge_rows,
+    stack_rows,
 )
 from shoal.promql.tree import Call, Node, Selector
 from shoal.regex import compile_pattern
@@ -263,9 +264,7 @@ def _histogram_quantile(q: F64, vec: Vec) -> Vec:
         labels.append(base)
         values.append(out)
         present.append(ok)
-    if not labels:
-        return Vec.empty(steps)
-    return merge_rows(labels, np.vstack(values), np.vstack(present))
+    return stack_rows(labels, values, present, steps, merge=True)
 
 
 def _absent_labels(node: Call) -> Labels:

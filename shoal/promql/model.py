@@ -145,6 +145,24 @@ def merge_rows(
     return Vec(out_l, out_v, out_p)
 
 
+def stack_rows(
+    labels: list[Labels],
+    values: Sequence[npt.ArrayLike],
+    present: Sequence[npt.ArrayLike],
+    steps: int,
+    *,
+    merge: bool = False,
+) -> Vec:
+    """Rows built one at a time, as a Vec of ``steps`` columns; ``merge``: rows with equal
+    label sets joined by :func:`merge_rows`."""
+    if not labels:
+        return Vec.empty(steps)
+    stacked_v, stacked_p = np.vstack(values), np.vstack(present)
+    if merge:
+        return merge_rows(labels, stacked_v, stacked_p)
+    return Vec(labels, stacked_v, stacked_p)
+
+
 def latest_values(
     series: Sequence[Series], eff: I64, lookback_ms: int, times: bool = False
 ) -> tuple[list[Series], F64, Mask]:
