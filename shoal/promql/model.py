@@ -40,6 +40,12 @@ def without_name(labels: Mapping[str, str]) -> Labels:
     return {k: v for k, v in labels.items() if k != NAME}
 
 
+def evaluation_times(ts: I64, at_ms: int | None, offset_ms: int) -> I64:
+    """The times a selector reads at, for the evaluation steps ``ts``: ``@`` pins them to
+    one time, ``offset`` moves them back."""
+    return (np.full(len(ts), at_ms) if at_ms is not None else ts) - offset_ms
+
+
 def key_without_name(k: LabelKey) -> LabelKey:
     """``key(without_name(labels))`` from ``key(labels)``: still sorted, so no sort again."""
     if k and k[0][0] == NAME:  # the usual place: "__name__" sorts before lowercase names
