@@ -202,11 +202,10 @@ def rows(
         "scope_dropped_attributes_count": pa.array(np.zeros(n, np.int64)),
         "scope_schema_url": nulls(n, pa.string()),
     }
+    if not keep.all():
+        return rej.result(columns, LOGS_SCHEMA, keep)
     arrays = [columns[f.name] for f in LOGS_SCHEMA]
     table = pa.Table.from_arrays(arrays, schema=LOGS_SCHEMA)
-    if not keep.all():
-        table = table.filter(pa.array(keep))
-        return DecodeResult(table, table.num_rows, rej.total, rej.messages())
     return DecodeResult(table, n, 0, [], all_null(arrays, n))
 
 

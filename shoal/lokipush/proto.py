@@ -7,25 +7,21 @@ ptars decodes by descriptor and the message's wire form is all that matters.
 
 from __future__ import annotations
 
-from shoal.rows.protoarrow import FIELD as _F
 from shoal.rows.protoarrow import ProtoArrow, file_descriptor
 
 PUSH_FILE = file_descriptor(
     "logproto",
-    {
-        "PushRequest": [("streams", 1, _F.TYPE_MESSAGE, True, ".logproto.StreamAdapter")],
-        "StreamAdapter": [
-            ("labels", 1, _F.TYPE_STRING),
-            ("entries", 2, _F.TYPE_MESSAGE, True, ".logproto.EntryAdapter"),
-        ],
-        "EntryAdapter": [
-            ("timestamp", 1, _F.TYPE_MESSAGE, False, ".logproto.Timestamp"),
-            ("line", 2, _F.TYPE_STRING),
-            ("structuredMetadata", 3, _F.TYPE_MESSAGE, True, ".logproto.LabelPairAdapter"),
-        ],
-        "LabelPairAdapter": [("name", 1, _F.TYPE_STRING), ("value", 2, _F.TYPE_STRING)],
-        "Timestamp": [("seconds", 1, _F.TYPE_INT64), ("nanos", 2, _F.TYPE_INT32)],
-    },
+    """
+    message PushRequest { repeated StreamAdapter streams = 1; }
+    message StreamAdapter { string labels = 1; repeated EntryAdapter entries = 2; }
+    message EntryAdapter {
+      Timestamp timestamp = 1;
+      string line = 2;
+      repeated LabelPairAdapter structuredMetadata = 3;
+    }
+    message LabelPairAdapter { string name = 1; string value = 2; }
+    message Timestamp { int64 seconds = 1; int32 nanos = 2; }
+    """,
 )
 
 PUSH_REQUEST = "logproto.PushRequest"

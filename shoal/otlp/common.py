@@ -16,7 +16,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from shoal.errors import DecodeError
 from shoal.otlp import attributes
 from shoal.rows.cache import DecodeCache
-from shoal.rows.columns import I64, U64, Broadcast, list_offsets, owned
+from shoal.rows.columns import I64, U64, Broadcast, flatten, list_offsets, owned
 from shoal.schema import ATTRS
 
 T = TypeVar("T")
@@ -189,3 +189,13 @@ def scopes(request: pa.StructArray, resource_field: str, scope_field: str) -> Sc
         raw_bytes = sum(map(len, key[0])) + sum(map(len, key[3]))
         _blocks.put(key, hit, _OVERHEAD * len(key[2]) + raw_bytes + hit[0].nbytes)
     return Scopes(items, hit[0], hit[1], key)
+
+
+def scoped_items(
+    request: pa.StructArray, signal: str, items: str
+) -> tuple[Scopes, pa.StructArray, I64]:
+    """The scopes of ``request`` (``resource_<signal>[*].scope_<signal>[*]``), and their
+    ``items`` (log records, spans, metrics) end to end, each with its scope's index."""
+    sc = scopes(request, f"resource_{signal}", f"scope_{signal}")
+    found, scope_idx = flatten(sc.items.field(items))
+    return sc, found, scope_idx

@@ -10,10 +10,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyVa
 
 from shoal.errors import DecodeError
 from shoal.otlp import anyvalue, attributes
-from shoal.otlp.common import scopes, text_or_null
+from shoal.otlp.common import scoped_items, text_or_null
 from shoal.rows.columns import (
     BOOL,
-    flatten,
     hex_ids,
     over_int64,
     owned,
@@ -65,11 +64,9 @@ def bodies(body: pa.StructArray) -> tuple[pa.Array, pa.Array]:
 
 def decode(request: pa.StructArray) -> DecodeResult:
     """Rows of ``LOGS_SCHEMA`` from the decoded request struct."""
-    sc = scopes(request, "resource_logs", "scope_logs")
-    records, scope_idx = flatten(sc.items.field("log_records"))
-    n = len(records)
+    sc, records, scope_idx = scoped_items(request, "logs", "log_records")
     rej = Rejections()
-    keep: BOOL = np.ones(n, dtype=np.bool_)
+    keep: BOOL = np.ones(len(records), dtype=np.bool_)
     time = u64(records.field("time_unix_nano"))
     observed = u64(records.field("observed_time_unix_nano"))
     rej.mask("time beyond year 2262", over_int64(time) | over_int64(observed), keep)
@@ -104,7 +101,4 @@ def decode(request: pa.StructArray) -> DecodeResult:
         "dropped_attributes_count": u32_as_int64(records.field("dropped_attributes_count")),
         **sc.take(scope_idx),
     }
-    table = pa.Table.from_arrays([columns[f.name] for f in LOGS_SCHEMA], schema=LOGS_SCHEMA)
-    if not keep.all():
-        table = table.filter(pa.array(keep))
-    return DecodeResult(table, table.num_rows, rej.total, rej.messages())
+    return rej.result(columns, LOGS_SCHEMA, keep)

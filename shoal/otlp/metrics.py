@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.otlp import attributes, exemplars
-from shoal.otlp.common import scopes, text_or_null
+from shoal.otlp.common import scoped_items, text_or_null
 from shoal.rows.cache import DecodeCache
 from shoal.rows.columns import (
     BOOL,
@@ -281,8 +281,7 @@ class _Concatenated:
 
 def decode(request: pa.StructArray) -> DecodeResult:
     """Rows of ``METRICS_SCHEMA`` from the decoded request struct."""
-    sc = scopes(request, "resource_metrics", "scope_metrics")
-    metrics, metric_scope = flatten(sc.items.field("metrics"))
+    sc, metrics, metric_scope = scoped_items(request, "metrics", "metrics")
     rej = Rejections()
     names = metrics.field("name")
     name_list = names.to_pylist()

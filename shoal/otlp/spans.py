@@ -7,12 +7,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.otlp import attributes
-from shoal.otlp.common import scopes, text_or_null
+from shoal.otlp.common import scoped_items, text_or_null
 from shoal.rows.columns import (
     BOOL,
     I64,
     as_int64,
-    flatten,
     hex_ids,
     list_offsets,
     over_int64,
@@ -80,11 +79,9 @@ def _links(lists: pa.Array) -> tuple[pa.Array, BOOL]:
 
 def decode(request: pa.StructArray) -> DecodeResult:
     """Rows of ``SPANS_SCHEMA`` from the decoded request struct."""
-    sc = scopes(request, "resource_spans", "scope_spans")
-    spans, scope_idx = flatten(sc.items.field("spans"))
-    n = len(spans)
+    sc, spans, scope_idx = scoped_items(request, "spans", "spans")
     rej = Rejections()
-    keep: BOOL = np.ones(n, dtype=np.bool_)
+    keep: BOOL = np.ones(len(spans), dtype=np.bool_)
     trace_id, bad_trace = hex_ids(spans.field("trace_id"), 16)
     span_id, bad_span = hex_ids(spans.field("span_id"), 8)
     parent, bad_parent = hex_ids(spans.field("parent_span_id"), 8)
@@ -134,7 +131,4 @@ def decode(request: pa.StructArray) -> DecodeResult:
         "dropped_links_count": u32_as_int64(spans.field("dropped_links_count")),
         **sc.take(scope_idx),
     }
-    table = pa.Table.from_arrays([columns[f.name] for f in SPANS_SCHEMA], schema=SPANS_SCHEMA)
-    if not keep.all():
-        table = table.filter(pa.array(keep))
-    return DecodeResult(table, table.num_rows, rej.total, rej.messages())
+    return rej.result(columns, SPANS_SCHEMA, keep)

@@ -13,8 +13,9 @@ The ``encode_*`` functions build the backend messages shoal sends.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from shoal.errors import ShoalError
 
@@ -102,33 +103,22 @@ class Close:
 
 
 @dataclasses.dataclass(frozen=True)
-class Sync:
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
-class Flush:
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
-class Terminate:
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
 class CopyData:
     data: bytes
 
 
 @dataclasses.dataclass(frozen=True)
-class CopyDone:
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
 class CopyFail:
     message: str
+
+
+class Signal(enum.Enum):
+    """The frontend messages that are their type byte alone (the value)."""
+
+    SYNC = "S"
+    FLUSH = "H"
+    TERMINATE = "X"
+    COPY_DONE = "c"
 
 
 FrontendMessage = (
@@ -143,12 +133,9 @@ FrontendMessage = (
     | Describe
     | Execute
     | Close
-    | Sync
-    | Flush
-    | Terminate
     | CopyData
-    | CopyDone
     | CopyFail
+    | Signal
 )
 
 
@@ -243,60 +230,65 @@ def _decode_startup(body: bytes) -> FrontendMessage:
     return Startup(code, params)
 
 
+def _parse(reader: _Reader) -> Parse:
+    name = reader.cstring()
+    sql = reader.cstring()
+    count = reader.int16()
+    if count < 0:
+        raise ProtocolError("Parse: negative parameter count")
+    return Parse(name, sql, tuple(reader.uint32() for _ in range(count)))
+
+
+def _bind(reader: _Reader) -> Bind:
+    portal = reader.cstring()
+    statement = reader.cstring()
+    param_formats = _formats(reader, "Bind")
+    count = reader.int16()
+    if count < 0:
+        raise ProtocolError("Bind: negative parameter count")
+    params: list[bytes | None] = []
+    for _ in range(count):
+        size = reader.int32()
+        if size < -1:
+            raise ProtocolError("Bind: invalid parameter length")
+        params.append(None if size == -1 else reader._take(size))
+    if len(param_formats) not in (0, 1, count):
+        raise ProtocolError("Bind: parameter format count matches neither 0, 1 nor the values")
+    return Bind(portal, statement, param_formats, tuple(params), _formats(reader, "Bind"))
+
+
+def _target(reader: _Reader, what: str) -> tuple[str, str]:
+    """Describe's and Close's body: 'S' (a statement) or 'P' (a portal), and its name."""
+    target = reader.byte()
+    if target not in ("S", "P"):
+        raise ProtocolError(f"{what}: expected 'S' or 'P'")
+    return target, reader.cstring()
+
+
+_TYPED: dict[str, Callable[[_Reader], FrontendMessage]] = {
+    "Q": lambda reader: Query(reader.cstring()),
+    "p": lambda reader: Password(reader.cstring()),
+    "P": _parse,
+    "B": _bind,
+    "D": lambda reader: Describe(*_target(reader, "Describe")),
+    "E": lambda reader: Execute(reader.cstring(), reader.int32()),
+    "C": lambda reader: Close(*_target(reader, "Close")),
+    "d": lambda reader: CopyData(reader.rest()),
+    "f": lambda reader: CopyFail(reader.cstring()),
+}
+"""The decoder of each frontend message with a body, by its type byte."""
+
+
 def _decode_typed(kind: str, body: bytes) -> FrontendMessage:
     reader = _Reader(body, repr(kind))
-    message: FrontendMessage
-    if kind == "Q":
-        message = Query(reader.cstring())
-    elif kind == "p":
-        message = Password(reader.cstring())
-    elif kind == "P":
-        name = reader.cstring()
-        sql = reader.cstring()
-        count = reader.int16()
-        if count < 0:
-            raise ProtocolError("Parse: negative parameter count")
-        message = Parse(name, sql, tuple(reader.uint32() for _ in range(count)))
-    elif kind == "B":
-        portal = reader.cstring()
-        statement = reader.cstring()
-        param_formats = _formats(reader, "Bind")
-        count = reader.int16()
-        if count < 0:
-            raise ProtocolError("Bind: negative parameter count")
-        params: list[bytes | None] = []
-        for _ in range(count):
-            size = reader.int32()
-            if size < -1:
-                raise ProtocolError("Bind: invalid parameter length")
-            params.append(None if size == -1 else reader._take(size))
-        if len(param_formats) not in (0, 1, count):
-            raise ProtocolError("Bind: parameter format count matches neither 0, 1 nor the values")
-        result_formats = _formats(reader, "Bind")
-        message = Bind(portal, statement, param_formats, tuple(params), result_formats)
-    elif kind in ("D", "C"):
-        target = reader.byte()
-        if target not in ("S", "P"):
-            raise ProtocolError(f"{'Describe' if kind == 'D' else 'Close'}: expected 'S' or 'P'")
-        name = reader.cstring()
-        message = Describe(target, name) if kind == "D" else Close(target, name)
-    elif kind == "E":
-        portal = reader.cstring()
-        message = Execute(portal, reader.int32())
-    elif kind == "S":
-        message = Sync()
-    elif kind == "H":
-        message = Flush()
-    elif kind == "X":
-        message = Terminate()
-    elif kind == "d":
-        message = CopyData(reader.rest())
-    elif kind == "c":
-        message = CopyDone()
-    elif kind == "f":
-        message = CopyFail(reader.cstring())
+    decode = _TYPED.get(kind)
+    if decode is not None:
+        message = decode(reader)
     else:
-        raise ProtocolError(f"unknown frontend message type {kind!r}")
+        try:
+            message = Signal(kind)
+        except ValueError:
+            raise ProtocolError(f"unknown frontend message type {kind!r}") from None
     reader.done()
     return message
 

@@ -11,14 +11,14 @@ from shoal.pgwire.sqltext import split_statements, substitute
 async def handle(session: Session, message: codec.FrontendMessage) -> None:
     """One message of the extended query protocol (Parse, Bind, Describe, Execute, Close,
     Sync, Flush); after an error, everything up to the next Sync is skipped."""
-    if isinstance(message, codec.Sync):
+    if message is codec.Signal.SYNC:
         session.skip_until_sync = False
         if not session.in_transaction:
             session.close_portals()
         session.send(session.ready())
         await session.drain()
         return
-    if isinstance(message, codec.Flush):
+    if message is codec.Signal.FLUSH:
         await session.drain()
         return
     if session.skip_until_sync:

@@ -57,11 +57,70 @@ def _table(columns: Mapping[str, tuple[pa.DataType, list[Any]]]) -> pa.Table:
     return pa.table({name: pa.array(values, kind) for name, (kind, values) in columns.items()})
 
 
-def _empty(**columns: pa.DataType) -> pa.Table:
-    return pa.table({name: pa.array([], kind) for name, kind in columns.items()})
-
-
 I64, S, B = pa.int64(), pa.string(), pa.bool_()
+_TYPES = {"int8": I64, "float8": pa.float64(), "text": S, "bool": B}
+
+EMPTY_TABLES = {
+    "pg_extension": "oid int8, extname text, extversion text, extnamespace int8",
+    "pg_index": (
+        "indexrelid int8, indrelid int8, indisprimary bool, indisunique bool, "
+        "indisclustered bool, indisvalid bool, indisreplident bool, indimmediate bool, "
+        "indkey text, indnatts int8"
+    ),
+    "pg_constraint": (
+        "oid int8, conname text, conrelid int8, contype text, conkey text, confrelid int8"
+    ),
+    "pg_inherits": "inhrelid int8, inhparent int8, inhseqno int8, inhdetachpending bool",
+    "pg_description": "objoid int8, classoid int8, objsubid int8, description text",
+    "pg_attrdef": "oid int8, adrelid int8, adnum int8, adbin text",
+    "pg_trigger": (
+        "oid int8, tgrelid int8, tgname text, tgisinternal bool, tgenabled text, tgparentid int8"
+    ),
+    "pg_policy": (
+        "oid int8, polname text, polrelid int8, polpermissive bool, polroles int8[], "
+        "polqual text, polwithcheck text, polcmd text"
+    ),
+    "pg_statistic_ext": (
+        "oid int8, stxrelid int8, stxname text, stxnamespace int8, stxkind text[], "
+        "stxstattarget int8, stxkeys int8[]"
+    ),
+    "pg_publication": (
+        "oid int8, pubname text, puballtables bool, pubinsert bool, pubupdate bool, "
+        "pubdelete bool, pubtruncate bool, pubviaroot bool"
+    ),
+    "pg_publication_rel": "oid int8, prpubid int8, prrelid int8, prqual text, prattrs int8[]",
+    "pg_publication_namespace": "oid int8, pnpubid int8, pnnspid int8",
+    "pg_collation": "oid int8, collname text, collnamespace int8",
+    "pg_proc": "oid int8, proname text, pronamespace int8, prorettype int8, prokind text",
+    "pg_views": "schemaname text, viewname text, definition text",
+    "pg_matviews": "schemaname text, matviewname text, definition text",
+    "pg_enum": "oid int8, enumtypid int8, enumlabel text, enumsortorder float8",
+    "pg_range": "rngtypid int8, rngsubtype int8",
+    "pg_foreign_table": "ftrelid int8, ftserver int8",
+    "pg_partitioned_table": "partrelid int8, partstrat text",
+    "pg_sequence": "seqrelid int8",
+    "pg_rewrite": "oid int8, ev_class int8, rulename text",
+    "pg_tablespace": "oid int8, spcname text",
+    "pg_authid": "oid int8, rolname text",
+    "pg_shdescription": "objoid int8, classoid int8, description text",
+    "pg_event_trigger": "oid int8, evtname text",
+    "pg_opclass": "oid int8, opcname text",
+    "pg_operator": "oid int8, oprname text",
+    "pg_cursors": "name text, statement text",
+    "information_schema_views": "table_catalog text, table_schema text, table_name text",
+}
+"""The catalog tables clients read that hold no rows here: their columns, as ``name type``
+(``int8``, ``float8``, ``text``, ``bool``, or an array of one: ``int8[]``)."""
+
+
+def _empty(columns: str) -> pa.Table:
+    """A table with no rows and ``columns`` (as in :data:`EMPTY_TABLES`)."""
+    fields = []
+    for column in columns.split(","):
+        name, kind = column.split()
+        element = _TYPES[kind.removesuffix("[]")]
+        fields.append(pa.field(name, pa.list_(element) if kind.endswith("[]") else element))
+    return pa.schema(fields).empty_table()
 
 
 def build_tables(
@@ -248,78 +307,6 @@ def build_tables(
                 "rowsecurity": (B, [False] * n_tables),
             }
         ),
-        "pg_extension": _empty(oid=I64, extname=S, extversion=S, extnamespace=I64),
-        "pg_index": _empty(
-            indexrelid=I64,
-            indrelid=I64,
-            indisprimary=B,
-            indisunique=B,
-            indisclustered=B,
-            indisvalid=B,
-            indisreplident=B,
-            indimmediate=B,
-            indkey=S,
-            indnatts=I64,
-        ),
-        "pg_constraint": _empty(
-            oid=I64, conname=S, conrelid=I64, contype=S, conkey=S, confrelid=I64
-        ),
-        "pg_inherits": _empty(inhrelid=I64, inhparent=I64, inhseqno=I64, inhdetachpending=B),
-        "pg_description": _empty(objoid=I64, classoid=I64, objsubid=I64, description=S),
-        "pg_attrdef": _empty(oid=I64, adrelid=I64, adnum=I64, adbin=S),
-        "pg_trigger": _empty(
-            oid=I64, tgrelid=I64, tgname=S, tgisinternal=B, tgenabled=S, tgparentid=I64
-        ),
-        "pg_policy": _empty(
-            oid=I64,
-            polname=S,
-            polrelid=I64,
-            polpermissive=B,
-            polroles=pa.list_(I64),
-            polqual=S,
-            polwithcheck=S,
-            polcmd=S,
-        ),
-        "pg_statistic_ext": _empty(
-            oid=I64,
-            stxrelid=I64,
-            stxname=S,
-            stxnamespace=I64,
-            stxkind=pa.list_(S),
-            stxstattarget=I64,
-            stxkeys=pa.list_(I64),
-        ),
-        "pg_publication": _empty(
-            oid=I64,
-            pubname=S,
-            puballtables=B,
-            pubinsert=B,
-            pubupdate=B,
-            pubdelete=B,
-            pubtruncate=B,
-            pubviaroot=B,
-        ),
-        "pg_publication_rel": _empty(
-            oid=I64, prpubid=I64, prrelid=I64, prqual=S, prattrs=pa.list_(I64)
-        ),
-        "pg_publication_namespace": _empty(oid=I64, pnpubid=I64, pnnspid=I64),
-        "pg_collation": _empty(oid=I64, collname=S, collnamespace=I64),
-        "pg_proc": _empty(oid=I64, proname=S, pronamespace=I64, prorettype=I64, prokind=S),
-        "pg_views": _empty(schemaname=S, viewname=S, definition=S),
-        "pg_matviews": _empty(schemaname=S, matviewname=S, definition=S),
-        "pg_enum": _empty(oid=I64, enumtypid=I64, enumlabel=S, enumsortorder=pa.float64()),
-        "pg_range": _empty(rngtypid=I64, rngsubtype=I64),
-        "pg_foreign_table": _empty(ftrelid=I64, ftserver=I64),
-        "pg_partitioned_table": _empty(partrelid=I64, partstrat=S),
-        "pg_sequence": _empty(seqrelid=I64),
-        "pg_rewrite": _empty(oid=I64, ev_class=I64, rulename=S),
-        "pg_tablespace": _empty(oid=I64, spcname=S),
-        "pg_authid": _empty(oid=I64, rolname=S),
-        "pg_shdescription": _empty(objoid=I64, classoid=I64, description=S),
-        "pg_event_trigger": _empty(oid=I64, evtname=S),
-        "pg_opclass": _empty(oid=I64, opcname=S),
-        "pg_operator": _empty(oid=I64, oprname=S),
-        "pg_cursors": _empty(name=S, statement=S),
         "information_schema_schemata": _table(
             {
                 "catalog_name": (S, ["shoal"] * 3),
@@ -353,9 +340,8 @@ def build_tables(
                 "datetime_precision": (I64, [None] * n_columns),
             }
         ),
-        "information_schema_views": _empty(table_catalog=S, table_schema=S, table_name=S),
     }
-    return tables
+    return tables | {name: _empty(columns) for name, columns in EMPTY_TABLES.items()}
 
 
 # -- functions -------------------------------------------------------------------------

@@ -210,22 +210,17 @@ class Connection:
         logger.debug("pgwire session %d of tenant %s (user %r) started", pid, tenant, user)
         while True:
             message = await self._message()
-            if isinstance(message, codec.Terminate):
+            if message is codec.Signal.TERMINATE:
                 return
             if isinstance(message, codec.Query):
                 await simple.query(session, message.sql)
             elif isinstance(
-                message,
-                codec.Parse
-                | codec.Bind
-                | codec.Describe
-                | codec.Execute
-                | codec.Close
-                | codec.Sync
-                | codec.Flush,
-            ):
+                message, codec.Parse | codec.Bind | codec.Describe | codec.Execute | codec.Close
+            ) or message in (codec.Signal.SYNC, codec.Signal.FLUSH):
                 await extended.handle(session, message)
-            elif isinstance(message, codec.CopyData | codec.CopyDone | codec.CopyFail):
+            elif isinstance(message, codec.CopyData | codec.CopyFail) or (
+                message is codec.Signal.COPY_DONE
+            ):
                 continue  # stray COPY input: ignored, as PostgreSQL does outside COPY IN
             else:
                 raise self._fatal("08P01", f"unexpected {type(message).__name__} message")

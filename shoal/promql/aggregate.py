@@ -6,7 +6,7 @@ import numpy as np
 
 from shoal.errors import PromQLError
 from shoal.promql import mapping, native
-from shoal.promql.model import F64, HIST, NAME, LabelKey, Labels, Vec, key
+from shoal.promql.model import F64, HIST, NAME, LabelKey, Labels, Vec, key, stack_rows
 
 SUPPORTED = frozenset(
     {
@@ -105,9 +105,7 @@ def aggregate(op: str, vec: Vec, names: list[str], without: bool, param: F64 | s
         labels.append(glabels)
         rows_v.append(res)
         rows_p.append(anyp)
-    if not labels:
-        return Vec.empty(steps)
-    return Vec(labels, np.vstack(rows_v), np.vstack(rows_p))
+    return stack_rows(labels, rows_v, rows_p, steps)
 
 
 def _mean(values: F64, n: np.ndarray) -> F64:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from shoal.errors import PromQLError
-from shoal.promql.model import F64, NAME, LabelKey, Labels, Mask, Vec, key, merge_rows
+from shoal.promql.model import F64, NAME, LabelKey, Labels, Mask, Vec, key, merge_rows, stack_rows
 from shoal.promql.tree import Binary
 
 COMPARISONS = frozenset({"==", "!=", ">", "<", ">=", "<="})
@@ -192,10 +192,8 @@ def vector_vector(node: Binary, lhs: Vec, rhs: Vec) -> Vec:
             labels.append(_result_labels(lab, one.labels[j], node, drop_name))
             values.append(result)
             present.append(keep)
-    if not labels:
-        return Vec.empty(steps)
     try:
-        return merge_rows(labels, np.vstack(values), np.vstack(present)).compact()
+        return stack_rows(labels, values, present, steps, merge=True).compact()
     except PromQLError:
         raise PromQLError(
             "multiple matches for labels: grouping labels must ensure unique matches",

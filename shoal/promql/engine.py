@@ -26,6 +26,7 @@ from shoal.promql.model import (
     Series,
     Value,
     Vec,
+    evaluation_times,
     key,
     latest_values,
 )
@@ -174,9 +175,11 @@ class Evaluator:
             raise PromQLError(f"expected a scalar, got {_type_name(value)}")
         return value
 
-    def instant(self, sel: Selector, ts: I64) -> Vec:
-        eff = (np.full(len(ts), sel.at_ms) if sel.at_ms is not None else ts) - sel.offset_ms
-        found, values, present = latest_values(self.series(sel, ts), eff, LOOKBACK_MS)
+    def instant(self, sel: Selector, ts: I64, times: bool = False) -> Vec:
+        """The selector's latest samples at each step (``times``: their times in seconds
+        instead of their values)."""
+        eff = evaluation_times(ts, sel.at_ms, sel.offset_ms)
+        found, values, present = latest_values(self.series(sel, ts), eff, LOOKBACK_MS, times)
         if not found:
             return Vec.empty(len(ts))
         return Vec([s.labels for s in found], values, present)
@@ -194,7 +197,7 @@ class Evaluator:
 
     def subquery(self, node: Subquery, ts: I64) -> Matrix:
         step = node.step_ms or DEFAULT_SUBQUERY_STEP_MS
-        eff = (np.full(len(ts), node.at_ms) if node.at_ms is not None else ts) - node.offset_ms
+        eff = evaluation_times(ts, node.at_ms, node.offset_ms)
         lo = int(eff.min()) - node.range_ms
         first = -(-lo // step) * step
         grid = np.arange(first, int(eff.max()) + 1, step, dtype=np.int64)

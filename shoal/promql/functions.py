@@ -14,17 +14,16 @@ from shoal.promql import native, ranges
 from shoal.promql.model import (
     F64,
     I64,
-    LOOKBACK_MS,
     NAME,
     LabelKey,
     Labels,
     Matrix,
-    Series,
     Value,
     Vec,
     key,
-    latest_values,
     merge_rows,
+    stack_rows,
+    without_name,
 )
 from shoal.promql.tree import Call, Node, Selector
 from shoal.regex import compile_pattern
@@ -34,14 +33,13 @@ class Evaluator(Protocol):
     """What a function call needs of the evaluation around it
     (:class:`shoal.promql.engine.Evaluator`)."""
 
-    data: dict[int, list[Series]]
-    """Each selector's series, by the selector's id."""
-
     def eval(self, node: Node, ts: I64) -> Value: ...
 
     def vector(self, node: Node, ts: I64) -> Vec: ...
 
     def scalar(self, node: Node, ts: I64) -> F64: ...
+
+    def instant(self, sel: Selector, ts: I64, times: bool = False) -> Vec: ...
 
 
 MATH: dict[str, Callable[[F64], F64]] = {
@@ -85,7 +83,7 @@ def _map_values(vec: Vec, fn: Callable[[F64], F64]) -> Vec:
     vec = native.floats_only(vec)  # a histogram has no single value to map
     with np.errstate(all="ignore"):
         values = fn(vec.values)
-    labels = [{k: v for k, v in lab.items() if k != NAME} for lab in vec.labels]
+    labels = [without_name(lab) for lab in vec.labels]
     return merge_rows(labels, values, vec.present)
 
 
@@ -263,9 +261,7 @@ def _histogram_quantile(q: F64, vec: Vec) -> Vec:
         labels.append(base)
         values.append(out)
         present.append(ok)
-    if not labels:
-        return Vec.empty(steps)
-    return merge_rows(labels, np.vstack(values), np.vstack(present))
+    return stack_rows(labels, values, present, steps, merge=True)
 
 
 def _absent_labels(node: Call) -> Labels:
@@ -364,7 +360,8 @@ def call(ev: Evaluator, node: Call, ts: I64) -> Value:
     if name == "timestamp":
         arg = node.args[0]
         if isinstance(arg, Selector) and arg.range_ms is None:
-            return _timestamps(ev, arg, ts)
+            vec = ev.instant(arg, ts, times=True)
+            return merge_rows(map(without_name, vec.labels), vec.values, vec.present)
         vec = ev.vector(arg, ts)
         return _map_values(vec, lambda v: np.broadcast_to(ts / 1000.0, v.shape).copy())
     if name in ("sort", "sort_desc"):
@@ -419,12 +416,3 @@ def call(ev: Evaluator, node: Call, ts: I64) -> Value:
     if name in UNSUPPORTED:
         raise PromQLError(f"function {name!r} is not supported by shoal")
     raise PromQLError(f"function {name!r} is not supported")
-
-
-def _timestamps(ev: Evaluator, sel: Selector, ts: I64) -> Vec:
-    eff = (np.full(len(ts), sel.at_ms) if sel.at_ms is not None else ts) - sel.offset_ms
-    found, values, present = latest_values(ev.data.get(id(sel), []), eff, LOOKBACK_MS, True)
-    if not found:
-        return Vec.empty(len(ts))
-    labels = [{k: v for k, v in s.labels.items() if k != NAME} for s in found]
-    return merge_rows(labels, values, present)

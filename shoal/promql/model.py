@@ -40,6 +40,12 @@ def without_name(labels: Mapping[str, str]) -> Labels:
     return {k: v for k, v in labels.items() if k != NAME}
 
 
+def evaluation_times(ts: I64, at_ms: int | None, offset_ms: int) -> I64:
+    """The times a selector reads at, for the evaluation steps ``ts``: ``@`` pins them to
+    one time, ``offset`` moves them back."""
+    return (np.full(len(ts), at_ms) if at_ms is not None else ts) - offset_ms
+
+
 def key_without_name(k: LabelKey) -> LabelKey:
     """``key(without_name(labels))`` from ``key(labels)``: still sorted, so no sort again."""
     if k and k[0][0] == NAME:  # the usual place: "__name__" sorts before lowercase names
@@ -143,6 +149,24 @@ def merge_rows(
             out_v[g][m] = values[r][m]
             out_p[g] |= m
     return Vec(out_l, out_v, out_p)
+
+
+def stack_rows(
+    labels: list[Labels],
+    values: Sequence[npt.ArrayLike],
+    present: Sequence[npt.ArrayLike],
+    steps: int,
+    *,
+    merge: bool = False,
+) -> Vec:
+    """Rows built one at a time, as a Vec of ``steps`` columns; ``merge``: rows with equal
+    label sets joined by :func:`merge_rows`."""
+    if not labels:
+        return Vec.empty(steps)
+    stacked_v, stacked_p = np.vstack(values), np.vstack(present)
+    if merge:
+        return merge_rows(labels, stacked_v, stacked_p)
+    return Vec(labels, stacked_v, stacked_p)
 
 
 def latest_values(

@@ -25,7 +25,18 @@ from __future__ import annotations
 import numpy as np
 
 from shoal.errors import PromQLError
-from shoal.promql.model import F64, HIST, NAME, LabelKey, Labels, Matrix, Vec, key, merge_rows
+from shoal.promql.model import (
+    F64,
+    HIST,
+    NAME,
+    LabelKey,
+    Labels,
+    Matrix,
+    Vec,
+    key,
+    merge_rows,
+    stack_rows,
+)
 
 RANGE_FUNCTIONS = frozenset(
     {"rate", "increase", "delta", "sum_over_time", "avg_over_time", "last_over_time"}
@@ -93,9 +104,7 @@ def average(vec: Vec) -> Vec:
             values.append(total.values[j] / counts.values[i])
         present.append(counts.present[i] & total.present[j])
         rows.append(lab)
-    if not rows:
-        return Vec.empty(vec.steps)
-    return Vec(rows, np.vstack(values), np.vstack(present)).compact()
+    return stack_rows(rows, values, present, vec.steps).compact()
 
 
 def _base(labels: Labels) -> Labels:
@@ -131,9 +140,7 @@ def quantile(q: F64, vec: Vec) -> Vec:
         values.append(_quantile(q, vec.values[c], lower, upper, counts))
         present.append(vec.present[c])
         labels.append(base)
-    if not labels:
-        return Vec.empty(vec.steps)
-    return merge_rows(labels, np.vstack(values), np.vstack(present))
+    return stack_rows(labels, values, present, vec.steps, merge=True)
 
 
 def _buckets(vec: Vec, rows: list[int]) -> tuple[F64, F64, F64]:

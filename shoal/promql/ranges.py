@@ -25,6 +25,7 @@ from shoal.promql.model import (
     Matrix,
     Series,
     Vec,
+    evaluation_times,
     key_without_name,
     merge_rows,
     without_name,
@@ -352,7 +353,7 @@ KEEPS_NAME = frozenset({"last_over_time"})
 def apply(name: str, matrix: Matrix, ts: I64, args: list[float]) -> Vec:
     """``name`` over ``matrix`` at the evaluation times ``ts``, many series per call."""
     fn = RANGE_FUNCTIONS[name]
-    eff = (np.full(len(ts), matrix.at_ms) if matrix.at_ms is not None else ts) - matrix.offset_ms
+    eff = evaluation_times(ts, matrix.at_ms, matrix.offset_ms)
     eff = eff.astype(np.int64)
     lives = [s for s in (series.live() for series in matrix.series) if len(s.t)]
     if not lives:
@@ -428,7 +429,7 @@ def window_samples(matrix: Matrix, t_ms: int) -> list[Series]:
 
 def absent_over_time(matrix: Matrix, ts: I64) -> Mask:
     """Steps at which no series of ``matrix`` has a sample in its window."""
-    eff = (np.full(len(ts), matrix.at_ms) if matrix.at_ms is not None else ts) - matrix.offset_ms
+    eff = evaluation_times(ts, matrix.at_ms, matrix.offset_ms)
     seen = np.zeros(len(ts), dtype=bool)
     for series in matrix.series:
         lo, hi = _windows(series.live().t, eff.astype(np.int64), matrix.range_ms)

@@ -13,82 +13,63 @@ from __future__ import annotations
 
 from google.protobuf import descriptor_pb2
 
-from shoal.rows.protoarrow import FIELD, ProtoArrow, file_descriptor
+from shoal.rows.protoarrow import ProtoArrow, file_descriptor
 
-_F = FIELD
 V1_FILE = file_descriptor(
     "prometheus",
-    {
-        "WriteRequest": [
-            ("timeseries", 1, _F.TYPE_MESSAGE, True, ".prometheus.TimeSeries"),
-            ("metadata", 3, _F.TYPE_MESSAGE, True, ".prometheus.MetricMetadata"),
-        ],
-        "TimeSeries": [
-            ("labels", 1, _F.TYPE_MESSAGE, True, ".prometheus.Label"),
-            ("samples", 2, _F.TYPE_MESSAGE, True, ".prometheus.Sample"),
-            ("exemplars", 3, _F.TYPE_MESSAGE, True, ".prometheus.Exemplar"),
-            ("histograms", 4, _F.TYPE_BYTES, True),
-        ],
-        "Label": [("name", 1, _F.TYPE_STRING), ("value", 2, _F.TYPE_STRING)],
-        "Sample": [("value", 1, _F.TYPE_DOUBLE), ("timestamp", 2, _F.TYPE_INT64)],
-        "Exemplar": [
-            ("labels", 1, _F.TYPE_MESSAGE, True, ".prometheus.Label"),
-            ("value", 2, _F.TYPE_DOUBLE),
-            ("timestamp", 3, _F.TYPE_INT64),
-        ],
-        "MetricMetadata": [
-            ("type", 1, _F.TYPE_INT32),
-            ("metric_family_name", 2, _F.TYPE_STRING),
-            ("help", 4, _F.TYPE_STRING),
-            ("unit", 5, _F.TYPE_STRING),
-        ],
-    },
+    """
+    message WriteRequest {
+      repeated TimeSeries timeseries = 1;
+      repeated MetricMetadata metadata = 3;
+    }
+    message TimeSeries {
+      repeated Label labels = 1;
+      repeated Sample samples = 2;
+      repeated Exemplar exemplars = 3;
+      repeated bytes histograms = 4;
+    }
+    message Label { string name = 1; string value = 2; }
+    message Sample { double value = 1; int64 timestamp = 2; }
+    message Exemplar { repeated Label labels = 1; double value = 2; int64 timestamp = 3; }
+    message MetricMetadata {
+      int32 type = 1;
+      string metric_family_name = 2;
+      string help = 4;
+      string unit = 5;
+    }
+    """,
 )
 
 V2_FILE = file_descriptor(
     "io.prometheus.write.v2",
-    {
-        "Request": [
-            ("symbols", 4, _F.TYPE_STRING, True),
-            ("timeseries", 5, _F.TYPE_MESSAGE, True, ".io.prometheus.write.v2.TimeSeries"),
-        ],
-        "TimeSeries": [
-            ("labels_refs", 1, _F.TYPE_UINT32, True),
-            ("samples", 2, _F.TYPE_MESSAGE, True, ".io.prometheus.write.v2.Sample"),
-            ("histograms", 3, _F.TYPE_BYTES, True),
-            ("exemplars", 4, _F.TYPE_MESSAGE, True, ".io.prometheus.write.v2.Exemplar"),
-            ("metadata", 5, _F.TYPE_MESSAGE, False, ".io.prometheus.write.v2.Metadata"),
-            ("created_timestamp", 6, _F.TYPE_INT64),
-        ],
-        "Sample": [("value", 1, _F.TYPE_DOUBLE), ("timestamp", 2, _F.TYPE_INT64)],
-        "Exemplar": [
-            ("labels_refs", 1, _F.TYPE_UINT32, True),
-            ("value", 2, _F.TYPE_DOUBLE),
-            ("timestamp", 3, _F.TYPE_INT64),
-        ],
-        "Metadata": [
-            ("type", 1, _F.TYPE_INT32),
-            ("help_ref", 3, _F.TYPE_UINT32),
-            ("unit_ref", 4, _F.TYPE_UINT32),
-        ],
-    },
+    """
+    message Request { repeated string symbols = 4; repeated TimeSeries timeseries = 5; }
+    message TimeSeries {
+      repeated uint32 labels_refs = 1;
+      repeated Sample samples = 2;
+      repeated bytes histograms = 3;
+      repeated Exemplar exemplars = 4;
+      Metadata metadata = 5;
+      int64 created_timestamp = 6;
+    }
+    message Sample { double value = 1; int64 timestamp = 2; }
+    message Exemplar { repeated uint32 labels_refs = 1; double value = 2; int64 timestamp = 3; }
+    message Metadata { int32 type = 1; uint32 help_ref = 3; uint32 unit_ref = 4; }
+    """,
 )
 
 V1_RAW_FILE = file_descriptor(
     "prometheus.raw",
-    {
-        "WriteRequest": [
-            ("timeseries", 1, _F.TYPE_MESSAGE, True, ".prometheus.raw.TimeSeries"),
-            ("metadata", 3, _F.TYPE_BYTES, True),
-        ],
-        "TimeSeries": [
-            ("labels", 1, _F.TYPE_BYTES, True),
-            ("samples", 2, _F.TYPE_MESSAGE, True, ".prometheus.raw.Sample"),
-            ("exemplars", 3, _F.TYPE_BYTES, True),
-            ("histograms", 4, _F.TYPE_BYTES, True),
-        ],
-        "Sample": [("value", 1, _F.TYPE_DOUBLE), ("timestamp", 2, _F.TYPE_INT64)],
-    },
+    """
+    message WriteRequest { repeated TimeSeries timeseries = 1; repeated bytes metadata = 3; }
+    message TimeSeries {
+      repeated bytes labels = 1;
+      repeated Sample samples = 2;
+      repeated bytes exemplars = 3;
+      repeated bytes histograms = 4;
+    }
+    message Sample { double value = 1; int64 timestamp = 2; }
+    """,
 )
 """1.0's ``WriteRequest`` with each label, exemplar and metadata entry left as its encoded
 bytes: the wire format is the same, and a request whose series were all seen before
@@ -100,31 +81,29 @@ V1_RAW = "prometheus.raw.WriteRequest"
 
 HISTOGRAM_FILE = file_descriptor(
     "shoal.promwrite.histogram",
-    {
-        "Histogram": [
-            ("count_int", 1, _F.TYPE_UINT64),
-            ("count_float", 2, _F.TYPE_DOUBLE),
-            ("sum", 3, _F.TYPE_DOUBLE),
-            ("schema", 4, _F.TYPE_SINT32),
-            ("zero_threshold", 5, _F.TYPE_DOUBLE),
-            ("zero_count_int", 6, _F.TYPE_UINT64),
-            ("zero_count_float", 7, _F.TYPE_DOUBLE),
-            ("negative_spans", 8, _F.TYPE_MESSAGE, True, ".shoal.promwrite.histogram.BucketSpan"),
-            ("negative_deltas", 9, _F.TYPE_SINT64, True),
-            ("negative_counts", 10, _F.TYPE_DOUBLE, True),
-            ("positive_spans", 11, _F.TYPE_MESSAGE, True, ".shoal.promwrite.histogram.BucketSpan"),
-            ("positive_deltas", 12, _F.TYPE_SINT64, True),
-            ("positive_counts", 13, _F.TYPE_DOUBLE, True),
-            ("reset_hint", 14, _F.TYPE_INT32),
-            ("timestamp", 15, _F.TYPE_INT64),
-            ("custom_values", 16, _F.TYPE_DOUBLE, True),
-            ("start_timestamp", 17, _F.TYPE_INT64),
-        ],
-        "BucketSpan": [("offset", 1, _F.TYPE_SINT32), ("length", 2, _F.TYPE_UINT32)],
-        "Histograms": [
-            ("histograms", 1, _F.TYPE_MESSAGE, True, ".shoal.promwrite.histogram.Histogram")
-        ],
-    },
+    """
+    message Histogram {
+      uint64 count_int = 1;
+      double count_float = 2;
+      double sum = 3;
+      sint32 schema = 4;
+      double zero_threshold = 5;
+      uint64 zero_count_int = 6;
+      double zero_count_float = 7;
+      repeated BucketSpan negative_spans = 8;
+      repeated sint64 negative_deltas = 9;
+      repeated double negative_counts = 10;
+      repeated BucketSpan positive_spans = 11;
+      repeated sint64 positive_deltas = 12;
+      repeated double positive_counts = 13;
+      int32 reset_hint = 14;
+      int64 timestamp = 15;
+      repeated double custom_values = 16;
+      int64 start_timestamp = 17;
+    }
+    message BucketSpan { sint32 offset = 1; uint32 length = 2; }
+    message Histograms { repeated Histogram histograms = 1; }
+    """,
 )
 """A native histogram, the same message in 1.0 (``prometheus.Histogram``) and 2.0
 (``io.prometheus.write.v2.Histogram``; ``start_timestamp`` is 2.0's since rc.4); the count

@@ -34,7 +34,6 @@ from google.protobuf import descriptor_pool, message, message_factory
 from shoal.errors import DecodeError
 from shoal.promwrite import xorchunk
 from shoal.promwrite.proto import varint
-from shoal.rows.protoarrow import FIELD as _F
 from shoal.rows.protoarrow import file_descriptor
 
 SAMPLES = 0
@@ -56,54 +55,44 @@ CHUNK_XOR = 1
 
 READ_FILE = file_descriptor(
     "prometheus.read",
-    {
-        "ReadRequest": [
-            ("queries", 1, _F.TYPE_MESSAGE, True, ".prometheus.read.Query"),
-            ("accepted_response_types", 2, _F.TYPE_INT32, True),
-        ],
-        "Query": [
-            ("start_timestamp_ms", 1, _F.TYPE_INT64),
-            ("end_timestamp_ms", 2, _F.TYPE_INT64),
-            ("matchers", 3, _F.TYPE_MESSAGE, True, ".prometheus.read.LabelMatcher"),
-            ("hints", 4, _F.TYPE_MESSAGE, False, ".prometheus.read.ReadHints"),
-        ],
-        "LabelMatcher": [
-            ("type", 1, _F.TYPE_INT32),
-            ("name", 2, _F.TYPE_STRING),
-            ("value", 3, _F.TYPE_STRING),
-        ],
-        "ReadHints": [
-            ("step_ms", 1, _F.TYPE_INT64),
-            ("func", 2, _F.TYPE_STRING),
-            ("start_ms", 3, _F.TYPE_INT64),
-            ("end_ms", 4, _F.TYPE_INT64),
-            ("grouping", 5, _F.TYPE_STRING, True),
-            ("by", 6, _F.TYPE_BOOL),
-            ("range_ms", 7, _F.TYPE_INT64),
-        ],
-        "ReadResponse": [("results", 1, _F.TYPE_MESSAGE, True, ".prometheus.read.QueryResult")],
-        "QueryResult": [("timeseries", 1, _F.TYPE_MESSAGE, True, ".prometheus.read.TimeSeries")],
-        "TimeSeries": [
-            ("labels", 1, _F.TYPE_MESSAGE, True, ".prometheus.read.Label"),
-            ("samples", 2, _F.TYPE_MESSAGE, True, ".prometheus.read.Sample"),
-        ],
-        "Label": [("name", 1, _F.TYPE_STRING), ("value", 2, _F.TYPE_STRING)],
-        "Sample": [("value", 1, _F.TYPE_DOUBLE), ("timestamp", 2, _F.TYPE_INT64)],
-        "ChunkedReadResponse": [
-            ("chunked_series", 1, _F.TYPE_MESSAGE, True, ".prometheus.read.ChunkedSeries"),
-            ("query_index", 2, _F.TYPE_INT64),
-        ],
-        "ChunkedSeries": [
-            ("labels", 1, _F.TYPE_MESSAGE, True, ".prometheus.read.Label"),
-            ("chunks", 2, _F.TYPE_MESSAGE, True, ".prometheus.read.Chunk"),
-        ],
-        "Chunk": [
-            ("min_time_ms", 1, _F.TYPE_INT64),
-            ("max_time_ms", 2, _F.TYPE_INT64),
-            ("type", 3, _F.TYPE_INT32),
-            ("data", 4, _F.TYPE_BYTES),
-        ],
-    },
+    """
+    message ReadRequest {
+      repeated Query queries = 1;
+      repeated int32 accepted_response_types = 2;
+    }
+    message Query {
+      int64 start_timestamp_ms = 1;
+      int64 end_timestamp_ms = 2;
+      repeated LabelMatcher matchers = 3;
+      ReadHints hints = 4;
+    }
+    message LabelMatcher { int32 type = 1; string name = 2; string value = 3; }
+    message ReadHints {
+      int64 step_ms = 1;
+      string func = 2;
+      int64 start_ms = 3;
+      int64 end_ms = 4;
+      repeated string grouping = 5;
+      bool by = 6;
+      int64 range_ms = 7;
+    }
+    message ReadResponse { repeated QueryResult results = 1; }
+    message QueryResult { repeated TimeSeries timeseries = 1; }
+    message TimeSeries { repeated Label labels = 1; repeated Sample samples = 2; }
+    message Label { string name = 1; string value = 2; }
+    message Sample { double value = 1; int64 timestamp = 2; }
+    message ChunkedReadResponse {
+      repeated ChunkedSeries chunked_series = 1;
+      int64 query_index = 2;
+    }
+    message ChunkedSeries { repeated Label labels = 1; repeated Chunk chunks = 2; }
+    message Chunk {
+      int64 min_time_ms = 1;
+      int64 max_time_ms = 2;
+      int32 type = 3;
+      bytes data = 4;
+    }
+    """,
 )
 """The remote-read messages of ``prompb`` (remote.proto, types.proto); enums as ``int32``
 (the same varints on the wire). The response messages are here for readers of what

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -14,33 +15,43 @@ from shoal.errors import DecodeError
 FIELD = descriptor_pb2.FieldDescriptorProto
 """A field's descriptor type (``FIELD.TYPE_INT64``...)."""
 
-
-def _field(
-    message: descriptor_pb2.DescriptorProto,
-    name: str,
-    number: int,
-    kind: int,
-    repeated: bool = False,
-    type_name: str = "",
-) -> None:
-    field = message.field.add(name=name, number=number, type=kind)
-    field.label = FIELD.LABEL_REPEATED if repeated else FIELD.LABEL_OPTIONAL
-    if type_name:
-        field.type_name = type_name
+_SCALARS = frozenset(
+    "double float int32 int64 uint32 uint64 sint32 sint64 fixed32 fixed64 sfixed32 sfixed64 "
+    "bool string bytes".split()
+)
+_MESSAGE = re.compile(r"\s*message\s+(\w+)\s*\{([^{}]*)\}\s*")
+_FIELD = re.compile(r"\s*(repeated\s+)?(\w+)\s+(\w+)\s*=\s*(\d+)\s*;\s*")
 
 
-def file_descriptor(
-    package: str, build: dict[str, list[tuple[Any, ...]]]
-) -> descriptor_pb2.FileDescriptorProto:
-    """A proto3 file of ``package`` with the messages of ``build``: message name -> fields,
-    each ``(name, number, type, repeated=False, type_name="")``."""
+def _all_matches(pattern: re.Pattern[str], text: str, what: str) -> Iterator[re.Match[str]]:
+    """The matches of ``pattern`` that together make up the whole of ``text``."""
+    pos = 0
+    while text[pos:].strip():
+        found = pattern.match(text, pos)
+        if found is None:
+            raise ValueError(f"{what}: cannot read {text[pos : pos + 40].strip()!r}")
+        yield found
+        pos = found.end()
+
+
+def file_descriptor(package: str, source: str) -> descriptor_pb2.FileDescriptorProto:
+    """A proto3 file of ``package`` with the messages of ``source``, written as in a
+    ``.proto`` file: ``message Name { [repeated] type name = number; ... }``, each type a
+    scalar or a message of the same package (no enums, options or nesting: an enum is
+    described as ``int32``, the same wire form)."""
     proto = descriptor_pb2.FileDescriptorProto(
         name=f"shoal/{package.replace('.', '/')}.proto", package=package, syntax="proto3"
     )
-    for message_name, fields in build.items():
-        message = proto.message_type.add(name=message_name)
-        for spec in fields:
-            _field(message, *spec)
+    for found in _all_matches(_MESSAGE, source, package):
+        message = proto.message_type.add(name=found[1])
+        for field in _all_matches(_FIELD, found[2], found[1]):
+            repeated, kind, name, number = field.groups()
+            added = message.field.add(name=name, number=int(number))
+            added.label = FIELD.LABEL_REPEATED if repeated else FIELD.LABEL_OPTIONAL
+            if kind in _SCALARS:
+                added.type = getattr(FIELD, f"TYPE_{kind.upper()}")
+            else:
+                added.type, added.type_name = FIELD.TYPE_MESSAGE, f".{package}.{kind}"
     return proto
 
 

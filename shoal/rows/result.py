@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -60,3 +60,13 @@ class Rejections:
 
     def messages(self) -> list[str]:
         return [f"{reason} ({count})" for reason, count in self._counts.items()]
+
+    def result(
+        self, columns: Mapping[str, pa.Array], schema: pa.Schema, keep: np.ndarray
+    ) -> DecodeResult:
+        """The table of ``schema`` made of ``columns`` (by name) less the rows ``keep``
+        leaves out, and what was refused."""
+        table = pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)
+        if not keep.all():
+            table = table.filter(pa.array(keep))
+        return DecodeResult(table, table.num_rows, self.total, self.messages())

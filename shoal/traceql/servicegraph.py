@@ -69,33 +69,30 @@ def grid_step(start_ns: int, end_ns: int) -> int:
     return -(-step // 10**9) * 10**9
 
 
+def _side(spans: pa.Table, kinds: pa.Array, role: str, join_id: str) -> pa.Table:
+    """The spans of ``kinds`` as one side of an edge: trace id, ``join_id`` as the span id
+    to join on, the service as ``role``, and kind, status, start and end prefixed by the
+    role's initial (``c_start``)."""
+    side = spans.filter(pc.is_in(spans.column("kind"), kinds))
+    initial = role[0]
+    return pa.table(
+        {
+            "trace_id": side.column("trace_id"),
+            "span_id": side.column(join_id),
+            role: pc.fill_null(side.column("service_name"), ""),
+            f"{initial}_kind": side.column("kind"),
+            f"{initial}_status": side.column("status_code"),
+            f"{initial}_start": side.column("start_time_unix_nano"),
+            f"{initial}_end": side.column("end_time_unix_nano"),
+        }
+    )
+
+
 def edges(spans: pa.Table) -> pa.Table:
     """One row per client/server pair: client, server, connection_type, time_ns, failed,
     server_s, client_s."""
-    kinds = spans.column("kind")
-    clients = spans.filter(pc.is_in(kinds, _CLIENT_KINDS))
-    servers = spans.filter(pc.is_in(kinds, _SERVER_KINDS))
-    left = pa.table(
-        {
-            "trace_id": clients.column("trace_id"),
-            "span_id": clients.column("span_id"),
-            "client": pc.fill_null(clients.column("service_name"), ""),
-            "c_kind": clients.column("kind"),
-            "c_status": clients.column("status_code"),
-            "c_start": clients.column("start_time_unix_nano"),
-            "c_end": clients.column("end_time_unix_nano"),
-        }
-    )
-    right = pa.table(
-        {
-            "trace_id": servers.column("trace_id"),
-            "span_id": servers.column("parent_span_id"),
-            "server": pc.fill_null(servers.column("service_name"), ""),
-            "s_status": servers.column("status_code"),
-            "s_start": servers.column("start_time_unix_nano"),
-            "s_end": servers.column("end_time_unix_nano"),
-        }
-    )
+    left = _side(spans, _CLIENT_KINDS, "client", "span_id")
+    right = _side(spans, _SERVER_KINDS, "server", "parent_span_id")
     joined = left.join(right, keys=["trace_id", "span_id"], join_type="inner")
     messaging = pc.equal(joined.column("c_kind"), 4)
     failed = pc.or_(pc.equal(joined.column("c_status"), 2), pc.equal(joined.column("s_status"), 2))
@@ -106,18 +103,8 @@ def edges(spans: pa.Table) -> pa.Table:
             "connection_type": pc.if_else(messaging, "messaging_system", ""),
             "time_ns": pc.max_element_wise(joined.column("c_end"), joined.column("s_end")),
             "failed": failed,
-            "server_s": pc.divide(
-                pc.cast(
-                    pc.subtract(joined.column("s_end"), joined.column("s_start")), pa.float64()
-                ),
-                1e9,
-            ),
-            "client_s": pc.divide(
-                pc.cast(
-                    pc.subtract(joined.column("c_end"), joined.column("c_start")), pa.float64()
-                ),
-                1e9,
-            ),
+            "server_s": _seconds(joined, "s"),
+            "client_s": _seconds(joined, "c"),
         }
     )
 

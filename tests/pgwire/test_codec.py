@@ -64,7 +64,7 @@ def frontend_messages(draw: st.DrawFn) -> tuple[bytes, codec.FrontendMessage]:
     if which == 5:
         return _typed(b"C", b"P" + _cstr(name)), codec.Close("P", name)
     if which == 6:
-        return _typed(b"S", b""), codec.Sync()
+        return _typed(b"S", b""), codec.Signal.SYNC
     return _typed(b"p", _cstr(sql)), codec.Password(sql)
 
 
