@@ -92,3 +92,19 @@ def test_reorder_hands_back_blanks_for_columns_equal_in_every_row() -> None:
     assert out.column("tags").num_chunks == 1  # one chunk: a blank
     assert out.column("note").num_chunks == 1
     assert out.column("kept").equals(table.column("kept").take(pa.array(order)))
+
+
+def test_a_column_is_the_same_in_every_row_only_when_every_chunk_is_empty() -> None:
+    for kind, value in (
+        (pa.list_(pa.int64()), [7]),
+        (pa.map_(pa.string(), pa.string()), [("k", "v")]),
+    ):
+        empty = pa.array([[], []], kind)
+        one = pa.array([[], value, []], kind)
+        assert layout._same_in_every_row(pa.chunked_array([empty] * 50))
+        assert not layout._same_in_every_row(pa.chunked_array([empty] * 50 + [one]))
+        # a slice leaves the entry of its chunk outside: its rows are all empty
+        assert layout._same_in_every_row(pa.chunked_array([empty, one.slice(2), one.slice(0, 1)]))
+        assert not layout._same_in_every_row(pa.chunked_array([one.slice(1, 1)]))
+        assert not layout._same_in_every_row(pa.chunked_array([pa.array([[], None], kind)]))
+        assert layout._same_in_every_row(pa.chunked_array([pa.array([None, None], kind)]))
