@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -212,24 +213,24 @@ def encode(cov: Coverage) -> bytes:
             blob = serialized[id(bitmap)] = bitmap.serialize()
         blobs.append(blob)
     sizes, series = _json_list([len(b) for b in blobs]), _json_list(keys)
-    header = f'{{"bucket_s":{int(cov.bucket_s)},"sizes":{sizes},"series":{series}}}'.encode()
+    header = b'{"bucket_s":%d,"sizes":%b,"series":%b}' % (int(cov.bucket_s), sizes, series)
     body = b"".join([MAGIC, _U32.pack(len(header)), header, *blobs])
     return body + _U32.pack(zlib.crc32(body))
 
 
 _JSON_SLICE = 8192
-"""Items :func:`_json_list` hands ``json.dumps`` at once."""
+"""Items :func:`_json_list` encodes at once."""
 
 
-def _json_list(items: list[Any]) -> str:
-    """``json.dumps(items)`` (no spaces), made a slice at a time: one call over a flush's
-    quarter of a million series held the interpreter lock for about 0.15 s, and ingest
-    waited for it."""
+def _json_list(items: list[Any]) -> bytes:
+    """``items`` as a JSON array, encoded by msgspec (a third of ``json.dumps``' time)
+    a slice at a time: one call over a flush's quarter of a million series held the
+    interpreter lock for about 0.15 s, and ingest waited for it."""
     parts = (
-        json.dumps(items[i : i + _JSON_SLICE], separators=(",", ":"))[1:-1]
+        msgspec.json.encode(items[i : i + _JSON_SLICE])[1:-1]
         for i in range(0, len(items), _JSON_SLICE)
     )
-    return "[" + ",".join(parts) + "]"
+    return b"[" + b",".join(parts) + b"]"
 
 
 def decode(data: bytes) -> Coverage:
