@@ -61,6 +61,7 @@ from shoal.storage.series_rows import (
     overlay,
     reduce,
     summarize,
+    summarize_onto,
     within,
 )
 from shoal.storage.types import ScanFile, TableSnapshot
@@ -305,7 +306,7 @@ class SeriesIndex:
         fresh = [b.batch for b in batches if b.lsn > self._lsn and b.batch.num_rows]
         if fresh:
             rows = pa.Table.from_batches(fresh)
-            table = overlay(table, summarize(rows, self.spec, self.schema), self.key)
+            table = summarize_onto(table, rows, self.spec, self.schema)
         if batches:
             self._lsn = max(self._lsn, max(b.lsn for b in batches))
         return table

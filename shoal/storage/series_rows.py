@@ -132,6 +132,27 @@ def summarize(rows: pa.Table | pa.RecordBatch, spec: TableSpec, schema: pa.Schem
     return reduce(out, spec.series_columns[0])
 
 
+def summarize_onto(
+    base: pa.Table, rows: pa.Table | pa.RecordBatch, spec: TableSpec, schema: pa.Schema
+) -> pa.Table:
+    """``overlay(base, summarize(rows, spec, schema), key)``, the rows' other columns
+    read only when they bring a series ``base`` lacks or an earlier row of one it has: a
+    query after a load summarised every unflushed row (the first row of each series
+    taken with all its maps) to move the last times of series the index had already."""
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+    key = spec.series_columns[0]
+    if base.num_rows and table.num_rows:
+        base_keys, keys = ints(base, key), ints(table, key)
+        times = ints(table, spec.index_time_column)
+        pos = np.searchsorted(base_keys, keys).clip(max=len(base_keys) - 1)
+        earlier = bool((times < ints(base, FIRST)[pos]).any())
+        if bool((base_keys[pos] == keys).all()) and not earlier:
+            last = ints(base, LAST).copy()
+            np.maximum.at(last, pos, times)
+            return _with_last(base, last)
+    return overlay(base, summarize(table, spec, schema), key)
+
+
 def overlay(base: pa.Table, extra: pa.Table, key: str) -> pa.Table:
     """``base`` and ``extra`` (both reduced) merged; cheap when ``extra`` only moves
     the last times of series ``base`` already has. ``extra`` may be plain where ``base``

@@ -343,3 +343,29 @@ def test_warm_reads_every_tenants_index_so_no_query_waits_for_it(
         assert _actual(found) == _expected(pa.concat_tables(parts[tenant]))
     with pytest.raises(FileNotFoundError):  # not warmed: the files were needed
         reader.series("c", "metrics", 0, 2**63 - 1)
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    known=st.integers(1, 40),
+    new_rows=st.integers(1, 60),
+    spread=st.sampled_from([0, HOUR_US // 4, HOUR_US]),
+    held=st.booleans(),
+)
+def test_summarizing_rows_onto_the_index_equals_merging_their_summary(
+    seed: int, known: int, new_rows: int, spread: int, held: bool
+) -> None:
+    """Rows of series the index has, later than their first time (only last times move),
+    and rows that bring a new series or an earlier row of a known one (their labels come
+    in): the same index either way, as the index holds it or plain."""
+    rng = random.Random(seed)
+    spec, schema = METRICS, series_rows.index_schema(METRICS)
+    base = series_rows.summarize(_rows(rng, 80, BASE_US, HOUR_US, known), spec, schema)
+    if held:
+        base = series_rows.hold(base)
+    # from a little before the base's rows (an earlier row, sometimes) to well after it
+    rows = _rows(rng, new_rows, BASE_US + HOUR_US - spread, HOUR_US, known + rng.randrange(3))
+    expected = series_rows.overlay(base, series_rows.summarize(rows, spec, schema), "series_id")
+    found = series_rows.summarize_onto(base, rows, spec, schema)
+    assert found.to_pylist() == expected.to_pylist()
+    assert found.schema == expected.schema
