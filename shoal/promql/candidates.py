@@ -27,7 +27,6 @@ import pyarrow.compute as pc
 from shoal.promql import columns, mapping
 from shoal.promql.matchers import LabelMatcher
 from shoal.promql.model import NAME
-from shoal.storage.series_rows import plain
 
 _NOT_NARROWED = frozenset({NAME, "le", "quantile"})
 
@@ -84,8 +83,4 @@ def _matched(values: pa.ChunkedArray, matcher: LabelMatcher) -> Mask:
     if pa.types.is_dictionary(values.type):
         parts = [columns.codes_where(chunk, matcher.matches) for chunk in values.chunks]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
-    values = pc.fill_null(values, "")
-    distinct = plain(pc.unique(values))
-    ok = [matcher.matches(str(v)) for v in distinct.to_pylist()]
-    chosen = distinct.filter(pa.array(ok, pa.bool_()))
-    return np.asarray(pc.is_in(values, value_set=chosen), dtype=bool)
+    return columns.matching(values, matcher.matches)

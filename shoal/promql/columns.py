@@ -175,6 +175,17 @@ def rows_with(maps: pa.ChunkedArray, key: str, wanted: Callable[[str], bool]) ->
     return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
+def matching(values: pa.Array | pa.ChunkedArray, wanted: Callable[[str], bool]) -> Mask:
+    """Whether each of the plain strings ``values`` (null: ``""``) satisfies ``wanted``,
+    which is asked once per distinct string."""
+    filled = pc.fill_null(values, "")
+    distinct = plain(pc.unique(filled))
+    ok = [wanted(str(v)) for v in distinct.to_pylist()]
+    chosen = distinct.filter(pa.array(ok, pa.bool_()))
+    hits: Mask = np.asarray(pc.is_in(filled, value_set=chosen), dtype=bool)
+    return hits
+
+
 def codes_where(encoded: pa.DictionaryArray, wanted: Callable[[str], bool]) -> Mask:
     """Whether each entry of ``encoded`` is a string (not null) that satisfies ``wanted``,
     asked once per string of the dictionary."""

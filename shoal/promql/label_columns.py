@@ -50,7 +50,8 @@ def label_sets(
     keep = np.ones(table.num_rows, dtype=bool)
     for matcher in matchers:
         column = found.get(matcher.name)
-        keep &= _matched(column, matcher) if column is not None else matcher.matches("")
+        wanted = matcher.matches
+        keep &= columns.matching(column, wanted) if column is not None else wanted("")
     if not keep.all():
         found = {name: values.filter(pa.array(keep)) for name, values in found.items()}
     order = _label_order(found)
@@ -149,16 +150,6 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray[Any, Any], int]:
     count = len(encoded.chunk(0).dictionary) if encoded.num_chunks else 0
     indices = pa.chunked_array([c.indices for c in encoded.chunks], encoded.type.index_type)
     return np.asarray(pc.fill_null(indices, count).combine_chunks()).astype(np.int64), count + 1
-
-
-def _matched(values: pa.Array, matcher: LabelMatcher) -> np.ndarray[Any, Any]:
-    """Which rows ``matcher`` selects by this label's ``values`` (null: ``""``), each
-    distinct value tested once."""
-    filled = pc.fill_null(values, "")
-    distinct = pc.unique(filled)
-    ok = [matcher.matches(str(v)) for v in distinct.to_pylist()]
-    chosen = distinct.filter(pa.array(ok, pa.bool_()))
-    return np.asarray(pc.is_in(filled, value_set=chosen), dtype=bool)
 
 
 def _label_order(found: dict[str, pa.Array]) -> pa.Array:
