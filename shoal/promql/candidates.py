@@ -56,31 +56,22 @@ def _rows_matching(table: pa.Table, matcher: LabelMatcher, promote: tuple[str, .
     if len(sources) > 1:
         return None
     found = np.zeros(table.num_rows, dtype=bool)
+    test = matcher.test
     if sources:
-        found[columns.rows_with(attributes, sources[0], matcher.matches)] = True
+        found[columns.rows_with(attributes, sources[0], test)] = True
     resource = table.column("resource_attributes")
-    per_row: list[pa.ChunkedArray] = []
+    # a row holding a key twice is kept if either entry matches: more than the label
+    # set (its first entry's) may match, never fewer, as narrowing asks
+    held = [
+        k for k in promote if k not in mapping.IDENTIFYING and mapping.label_name(k) == matcher.name
+    ]
     if matcher.name == "instance":
-        per_row.append(columns.lookup_encoded(resource, mapping.SERVICE_INSTANCE_ID))
-    elif matcher.name == "job":
+        held.append(mapping.SERVICE_INSTANCE_ID)
+    for k in held:
+        found[columns.rows_with(resource, k, test)] = True
+    if matcher.name == "job":
         name = columns.lookup(resource, mapping.SERVICE_NAME)
         namespace = columns.lookup(resource, mapping.SERVICE_NAMESPACE)
         joined = pc.binary_join_element_wise(namespace, name, "/")
-        per_row.append(pc.if_else(pc.equal(namespace, ""), name, joined))
-    per_row += [
-        columns.lookup_encoded(resource, k)
-        for k in promote
-        if k not in mapping.IDENTIFYING and mapping.label_name(k) == matcher.name
-    ]
-    for column in per_row:
-        found |= _matched(column, matcher)
+        found |= columns.matching(pc.if_else(pc.equal(namespace, ""), name, joined), test)
     return found
-
-
-def _matched(values: pa.ChunkedArray, matcher: LabelMatcher) -> Mask:
-    """Which of ``values`` (null: no value, which ``matcher`` does not match) ``matcher``
-    matches, each distinct value tested once: through the codes where they are encoded."""
-    if pa.types.is_dictionary(values.type):
-        parts = [columns.codes_where(chunk, matcher.matches) for chunk in values.chunks]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
-    return columns.matching(values, matcher.matches)

@@ -7,6 +7,7 @@ read plain and encoded maps alike.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,7 +20,31 @@ from shoal.storage.series_rows import plain
 Rows = np.ndarray[Any, np.dtype[np.int64]]
 Offsets = np.ndarray[Any, np.dtype[np.int32]]
 Mask = np.ndarray[Any, np.dtype[np.bool_]]
+Codes = np.ndarray[Any, np.dtype[np.integer[Any]]]
 _EMPTY = pa.array([""])
+
+
+@dataclasses.dataclass(frozen=True)
+class Equal:
+    """A test that a string is ``value`` (``negated``: that it is not), which the
+    functions here tell for many strings by one comparison instead of a call each."""
+
+    value: str
+    negated: bool = False
+
+    def __call__(self, text: str) -> bool:
+        return (text == self.value) != self.negated
+
+
+Test = Callable[[str], bool]
+
+
+def _strings_where(strings: pa.Array, wanted: Test) -> Mask:
+    """Whether each of ``strings`` satisfies ``wanted``; null: False."""
+    if isinstance(wanted, Equal):
+        hit = np.asarray(pc.fill_null(pc.equal(strings, wanted.value), False), dtype=bool)
+        return (~hit & np.asarray(strings.is_valid(), dtype=bool)) if wanted.negated else hit
+    return np.array([v is not None and wanted(v) for v in strings.to_pylist()], bool)
 
 
 def _entry_list(maps: pa.Array) -> pa.ListArray:
@@ -102,24 +127,45 @@ def _values_under(maps: pa.ChunkedArray, key: str, once: bool) -> set[str] | Non
     for chunk in maps.chunks:
         keys, values, offsets = _children(chunk)
         under = _in_dictionary(keys, pa.array([key]))
-        if once:  # entries under the key per row, from running counts at the row bounds
-            running = np.concatenate([[0], np.cumsum(under, dtype=np.int32)])
-            if len(offsets) > 1 and int(np.max(np.diff(running[offsets]))) > 1:
-                return None
+        if once and _twice(_rows_of(chunk, offsets, np.flatnonzero(under))):
+            return None
         found.update(_used(values, _valued(values) & under))
     return found
 
 
+def _twice(rows: Offsets) -> bool:
+    """Whether ascending ``rows`` name a row twice."""
+    return bool(len(rows) > 1 and np.any(rows[1:] == rows[:-1]))
+
+
 def _valued(values: pa.DictionaryArray) -> Mask:
-    valued: Mask = ~_in_dictionary(values, _EMPTY) & np.asarray(values.is_valid())
-    return valued
+    valued: Mask = ~_in_dictionary(values, _EMPTY)
+    return valued & np.asarray(values.is_valid()) if values.null_count else valued
 
 
 def _used(encoded: pa.DictionaryArray, chosen: Mask) -> list[str]:
     """The strings of ``encoded``'s dictionary that its ``chosen`` entries hold."""
-    codes = np.asarray(pc.fill_null(encoded.indices, 0))[chosen]
-    used = np.bincount(codes, minlength=len(encoded.dictionary)) > 0
+    codes = _codes(encoded)[np.flatnonzero(chosen)]  # cheaper than a boolean gather
+    used = np.zeros(len(encoded.dictionary), dtype=bool)
+    used[codes] = True
     return [str(v) for v in encoded.dictionary.filter(pa.array(used)).to_pylist()]
+
+
+def _codes(encoded: pa.DictionaryArray) -> Codes:
+    """The codes of ``encoded``'s entries, 0 where an entry is null."""
+    indices = encoded.indices
+    return np.asarray(pc.fill_null(indices, 0) if indices.null_count else indices)
+
+
+def _rows_of(chunk: pa.MapArray, offsets: Offsets, entries: Rows) -> Offsets:
+    """The rows of a chunk of maps that its ascending ``entries`` (as :func:`_children`
+    lists them) belong to: a binary search each where they are few, else the row of
+    every entry, numbered once."""
+    if len(entries) * 16 < len(offsets):
+        rows: Offsets = np.searchsorted(offsets, entries.astype(np.int32), side="right") - 1
+        return rows
+    every: Offsets = np.asarray(pc.list_parent_indices(_entry_list(chunk)), dtype=np.int32)
+    return every[entries]
 
 
 def any_key_besides(maps: pa.ChunkedArray, known: Sequence[str]) -> bool:
@@ -152,16 +198,17 @@ def distinct_keys(maps: pa.ChunkedArray) -> list[str]:
     return sorted(found)
 
 
-def rows_with(maps: pa.ChunkedArray, key: str, wanted: Callable[[str], bool]) -> Rows:
+def rows_with(maps: pa.ChunkedArray, key: str, wanted: Test) -> Rows:
     """The rows of ``maps`` holding an entry under ``key`` whose value (not null) satisfies
     ``wanted``, which is asked once per distinct value; a row may appear more than once."""
     if not _encoded(maps):
         keys, values, rows = entries(maps)
         chosen = np.asarray(pc.fill_null(pc.equal(keys, key), False), dtype=bool)
         picked = pc.filter(values, pa.array(chosen))
+        if not len(picked):
+            return np.zeros(0, np.int64)
         distinct = pc.unique(picked)
-        ok = [v is not None and wanted(str(v)) for v in distinct.to_pylist()]
-        good = distinct.filter(pa.array(ok, pa.bool_()))
+        good = distinct.filter(pa.array(_strings_where(distinct, wanted)))
         matched: Rows = rows[chosen][np.asarray(pc.is_in(picked, value_set=good), dtype=bool)]
         return matched
     out: list[Rows] = []
@@ -169,32 +216,29 @@ def rows_with(maps: pa.ChunkedArray, key: str, wanted: Callable[[str], bool]) ->
     for chunk in maps.chunks:
         keys, values, offsets = _children(chunk)
         hit = _in_dictionary(keys, pa.array([key])) & codes_where(values, wanted)
-        at = np.flatnonzero(hit).astype(np.int32)
-        out.append(np.searchsorted(offsets, at, side="right").astype(np.int64) - 1 + offset)
+        out.append(_rows_of(chunk, offsets, np.flatnonzero(hit)).astype(np.int64) + offset)
         offset += len(chunk)
     return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
-def matching(values: pa.Array | pa.ChunkedArray, wanted: Callable[[str], bool]) -> Mask:
+def matching(values: pa.Array | pa.ChunkedArray, wanted: Test) -> Mask:
     """Whether each of the plain strings ``values`` (null: ``""``) satisfies ``wanted``,
     which is asked once per distinct string."""
     filled = pc.fill_null(values, "")
     distinct = plain(pc.unique(filled))
-    ok = [wanted(str(v)) for v in distinct.to_pylist()]
-    chosen = distinct.filter(pa.array(ok, pa.bool_()))
+    chosen = distinct.filter(pa.array(_strings_where(distinct, wanted)))
     hits: Mask = np.asarray(pc.is_in(filled, value_set=chosen), dtype=bool)
     return hits
 
 
-def codes_where(encoded: pa.DictionaryArray, wanted: Callable[[str], bool]) -> Mask:
+def codes_where(encoded: pa.DictionaryArray, wanted: Test) -> Mask:
     """Whether each entry of ``encoded`` is a string (not null) that satisfies ``wanted``,
     asked once per string of the dictionary."""
-    ok = np.array([v is not None and wanted(v) for v in encoded.dictionary.to_pylist()], bool)
+    ok = _strings_where(encoded.dictionary, wanted)
     indices = encoded.indices
     if not len(ok):
         return np.zeros(len(encoded), dtype=bool)
-    codes = np.asarray(pc.fill_null(indices, 0) if indices.null_count else indices)
-    mask: Mask = ok[codes]
+    mask: Mask = ok[_codes(encoded)]
     return mask & np.asarray(indices.is_valid()) if indices.null_count else mask
 
 
@@ -227,9 +271,9 @@ def _in_dictionary(encoded: pa.DictionaryArray, chosen: pa.Array) -> Mask:
     hit = np.asarray(pc.is_in(encoded.dictionary, value_set=chosen), dtype=bool)
     wanted = np.flatnonzero(hit)
     indices = encoded.indices
-    codes = np.asarray(pc.fill_null(indices, 0) if indices.null_count else indices)
     if not len(wanted):
         return np.zeros(len(encoded), dtype=bool)
+    codes = _codes(encoded)
     # one string (a key, a metric name): a comparison, cheaper than a table lookup
     mask = np.asarray(codes == wanted[0]) if len(wanted) == 1 else hit[codes]
     return mask & np.asarray(indices.is_valid()) if indices.null_count else mask
@@ -268,16 +312,19 @@ def _lookup_chunks(maps: pa.ChunkedArray, key: str, once: bool = False) -> list[
         rows: np.ndarray[Any, Any]
         if _encoded(pa.chunked_array([chunk])):
             keys, values, offsets = _children(chunk)
-            hit = np.flatnonzero(_in_dictionary(keys, pa.array([key]))).astype(np.int32)
-            rows = np.searchsorted(offsets, hit, side="right") - 1  # int32: twice as fast
+            hit = np.flatnonzero(_in_dictionary(keys, pa.array([key])))
+            rows = _rows_of(chunk, offsets, hit)
         else:
             keys, values, every_row = _chunk_entries(chunk)
             hit = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(keys, key), False)))
             rows = every_row[hit]
-        if once and bool(np.any(np.diff(rows) == 0)):
-            return None
+        first = np.r_[True, rows[1:] != rows[:-1]]  # rows ascend: a row's first entry
+        if not first.all():
+            if once:
+                return None
+            rows, hit = rows[first], hit[first]
         at = np.full(len(chunk), -1, dtype=np.int64)
-        at[rows[::-1]] = hit[::-1]  # the first entry of a row wins
+        at[rows] = hit
         out.append(values.take(pa.array(at, mask=at < 0)))
     return out
 
@@ -290,3 +337,84 @@ def among(column: pa.ChunkedArray, values: Sequence[str]) -> pa.ChunkedArray:
         return pc.fill_null(pc.is_in(column, value_set=chosen), False)
     out = [pa.array(_in_dictionary(chunk, chosen), pa.bool_()) for chunk in column.chunks]
     return pa.chunked_array(out, pa.bool_())
+
+
+_SLOTS = 1 << 22
+"""At most this many combinations are numbered through a table of one slot each; more
+are renumbered densely by a hash first."""
+
+
+def distinct_rows(table: pa.Table, names: Sequence[str]) -> tuple[Rows, Rows]:
+    """The first row of each distinct combination of the values of columns ``names``
+    (null a value of its own), in the order they first appear, and each row's
+    combination by its number in that order. Values are compared as the table holds
+    them (dictionary-encoded strings by code, so one dictionary per column): each
+    column's codes are combined into one number per row, without a sort or a Python
+    step per row."""
+    key = np.zeros(table.num_rows, dtype=np.int64)
+    space = 1
+    for name in names:
+        column = table.column(name)
+        if column.null_count == len(column):
+            continue  # null in every row
+        coded, count = column_codes(column)
+        if space >= (1 << 62) // count:
+            key, space = _numbered(key)
+        key *= count
+        key += coded
+        space *= count
+    if space > _SLOTS:
+        key, space = _numbered(key)
+    return _first_rows(key, space)
+
+
+def column_codes(column: pa.ChunkedArray) -> tuple[Codes, int]:
+    """A code per row, from 0 (equal values, equal codes; null a code of its own), and
+    how many codes there may be: read from the values where they are booleans, small
+    integers or dictionary-encoded, else numbered by a hash."""
+    if pa.types.is_dictionary(column.type) and column.num_chunks > 1:
+        column = column.unify_dictionaries()
+    chunk = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    t = chunk.type
+    if pa.types.is_dictionary(t):
+        indices = chunk.indices
+        count = len(chunk.dictionary)
+        if indices.null_count:
+            return np.asarray(pc.fill_null(indices, count)), count + 1
+        return np.asarray(indices), count
+    if pa.types.is_boolean(t):
+        if chunk.null_count:
+            return np.asarray(pc.fill_null(pc.cast(chunk, pa.int8()), 2)), 3
+        return np.asarray(chunk.to_numpy(zero_copy_only=False)).view(np.uint8), 2
+    if pa.types.is_integer(t) and len(chunk):
+        nulls = chunk.null_count
+        values = chunk
+        low, high = pc.min_max(values).values()
+        low_v, high_v = int(low.as_py() or 0), int(high.as_py() or 0)
+        if high_v - low_v < _SLOTS:
+            count = high_v - low_v + 1
+            filled = pc.fill_null(values, high_v + 1) if nulls else values
+            coded = np.asarray(filled).astype(np.int64) - low_v
+            return coded, count + (1 if nulls else 0)
+    encoded = pc.dictionary_encode(chunk)
+    count = len(encoded.dictionary)
+    return np.asarray(pc.fill_null(encoded.indices, count)), count + 1
+
+
+def _numbered(key: Rows) -> tuple[Rows, int]:
+    """``key`` renumbered densely, and how many numbers."""
+    encoded = pc.dictionary_encode(pa.array(key))
+    return np.asarray(encoded.indices).astype(np.int64), len(encoded.dictionary)
+
+
+def _first_rows(key: Rows, space: int) -> tuple[Rows, Rows]:
+    """Where each value of ``key`` (each in ``range(space)``) first appears, in order,
+    and each row's value numbered so."""
+    rows = len(key)
+    first = np.full(space, rows, dtype=np.int64)
+    np.minimum.at(first, key, np.arange(rows, dtype=np.int64))
+    firsts: Rows = np.sort(first[first < rows])
+    number = np.zeros(space, dtype=np.int64)
+    number[key[firsts]] = np.arange(len(firsts), dtype=np.int64)
+    numbered: Rows = number[key]
+    return firsts, numbered

@@ -14,12 +14,12 @@ one map, a NUL character), and the caller makes those label sets row by row.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shoal.gcpause import collector_paused
 from shoal.promql import columns, mapping
 from shoal.promql.matchers import LabelMatcher
 from shoal.promql.model import NAME, Labels
@@ -50,15 +50,21 @@ def label_sets(
     keep = np.ones(table.num_rows, dtype=bool)
     for matcher in matchers:
         column = found.get(matcher.name)
-        wanted = matcher.matches
+        wanted = matcher.test
         keep &= columns.matching(column, wanted) if column is not None else wanted("")
     if not keep.all():
         found = {name: values.filter(pa.array(keep)) for name, values in found.items()}
     order = _label_order(found)
     names = list(found)
-    values = [found[name].take(order).to_pylist() for name in names]
-    rows = zip(*values, strict=True)
-    return [{n: v for n, v in zip(names, row, strict=True) if v is not None} for row in rows]
+    ordered = [found[name].take(order) for name in names]
+    values = [column.to_pylist() for column in ordered]
+    with collector_paused():  # dicts of strings: no cycle to look for
+        label_sets = [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
+    for name, column in zip(names, ordered, strict=True):
+        if column.null_count:  # no such label in these rows' sets
+            for row in np.flatnonzero(np.asarray(column.is_null())).tolist():
+                del label_sets[row][name]
+    return label_sets
 
 
 def _expanded(table: pa.Table) -> bool:
@@ -116,14 +122,7 @@ def _values(maps: pa.ChunkedArray, key: str) -> pa.Array | None:
 def _exposed_names(table: pa.Table) -> pa.Array | None:
     """Each row's exposed metric name (:attr:`MetricInfo.base`), worked out once per
     distinct metric."""
-    codes = np.zeros(table.num_rows, dtype=np.int64)
-    for name in _INFO:
-        column = table.column(name)
-        coded, count = _codes(column)
-        if count and int(codes.max(initial=0)) >= (1 << 62) // count:
-            return None  # too many distinct combinations to number them so
-        codes = codes * count + coded
-    _, first, per_row = np.unique(codes, return_index=True, return_inverse=True)
+    first, per_row = columns.distinct_rows(table, _INFO)
     picked = table.select(list(_INFO)).take(pa.array(first)).to_pylist()
     bases = [
         mapping.MetricInfo(
@@ -137,19 +136,7 @@ def _exposed_names(table: pa.Table) -> pa.Array | None:
         ).base
         for row in picked
     ]
-    return pa.array(bases, pa.string()).take(pa.array(per_row.reshape(-1)))
-
-
-def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray[Any, Any], int]:
-    """A code per row (equal values, equal codes; null its own) and how many codes."""
-    if pa.types.is_boolean(column.type):
-        bits = pc.fill_null(pc.cast(column, pa.int8()), 2)
-        return np.asarray(bits.combine_chunks()).astype(np.int64), 3
-    encoded = column if pa.types.is_dictionary(column.type) else pc.dictionary_encode(column)
-    encoded = encoded.unify_dictionaries() if encoded.num_chunks > 1 else encoded
-    count = len(encoded.chunk(0).dictionary) if encoded.num_chunks else 0
-    indices = pa.chunked_array([c.indices for c in encoded.chunks], encoded.type.index_type)
-    return np.asarray(pc.fill_null(indices, count).combine_chunks()).astype(np.int64), count + 1
+    return pa.array(bases, pa.string()).take(pa.array(per_row))
 
 
 def _label_order(found: dict[str, pa.Array]) -> pa.Array:

@@ -7,9 +7,10 @@ A matcher's regular expression is RE2's, as Prometheus' is, compiled by
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from shoal.errors import PatternError, PromQLError
+from shoal.promql.columns import Equal
 from shoal.promql.mapping import MetricInfo
 from shoal.promql.model import NAME, Labels
 from shoal.regex import Regex, compile_pattern
@@ -26,6 +27,14 @@ class LabelMatcher:
             return compile_pattern(self.value)
         except PatternError as exc:
             raise PromQLError(str(exc)) from None
+
+    @property
+    def test(self) -> Callable[[str], bool]:
+        """:meth:`matches`, as an equality that columns tell without a call per string
+        where it is one (:class:`shoal.promql.columns.Equal`)."""
+        if self.op in ("=", "!="):
+            return Equal(self.value, negated=self.op == "!=")
+        return self.matches
 
     def matches(self, value: str) -> bool:
         if self.op == "=":

@@ -411,11 +411,10 @@ def _metrics(found: pa.Table) -> list[MetricInfo]:
     keys = [*CATALOG_KEYS, "verbatim"]
     # distinct descriptions too, then the greatest per metric: Arrow has no min/max of
     # dictionary-encoded strings, and the index holds its strings so
-    distinct = found.select([*keys, "metric_description"]).group_by(
-        [*keys, "metric_description"], use_threads=False
-    )
+    columns_read = [*keys, "metric_description"]
+    first, _ = columns.distinct_rows(found, columns_read)
     described: dict[tuple[Any, ...], str] = {}
-    for row in distinct.aggregate([]).to_pylist():
+    for row in found.select(columns_read).take(pa.array(first)).to_pylist():
         k = tuple(row[name] for name in keys)
         text = str(row["metric_description"] or "")
         described[k] = max(described.get(k, text), text)

@@ -299,6 +299,12 @@ def test_map_reads_agree_with_reading_row_by_row(
         wanted = {"1"}.__contains__
         holding = {i for i, row in enumerate(rows) for k, v in row if k == key and v == "1"}
         assert set(columns.rows_with(maps, key, wanted).tolist()) == holding
+        assert set(columns.rows_with(maps, key, columns.Equal("1")).tolist()) == holding
+        besides = {
+            i for i, row in enumerate(rows) for k, v in row if k == key and v not in (None, "1")
+        }
+        unequal = columns.rows_with(maps, key, columns.Equal("1", negated=True))
+        assert set(unequal.tolist()) == besides
         once = columns.lookup_once(maps, key)
         assert (once is None) == twice
         if once is not None:
@@ -345,3 +351,56 @@ def test_a_selector_without_a_metric_name_makes_label_sets_only_for_its_rows(
     found = meta._matching(table, [LabelMatcher("instance", "=", "i7")], ())
     assert made == [5] and len(found) == 5  # i7 is series 7, 407, 807, 1207, 1607
     assert {ls["instance"] for ls in found} == {"i7"}
+
+
+distinct_columns = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "", None]),
+        st.sampled_from([True, False, None]),
+        st.sampled_from([0, 7, -3, None, 1 << 40, -(1 << 40)]),
+        st.sampled_from(["x", "y", None]),
+    ),
+    max_size=30,
+)
+
+
+@given(distinct_columns, st.integers(0, 30), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_distinct_rows_finds_each_combination_where_it_first_appears(
+    rows: list[tuple[str | None, bool | None, int | None, str | None]], cut: int, slots: bool
+) -> None:
+    """Strings encoded in two chunks with their own dictionaries, booleans, integers
+    beyond the slot table, plain strings, nulls in each; the combinations numbered
+    through the slot table or through a hash."""
+    cut = min(cut, len(rows))
+    names = ["s", "b", "i", "p"]
+    parts = [
+        list(zip(*part, strict=True)) if part else [[]] * 4 for part in (rows[:cut], rows[cut:])
+    ]
+    types = [pa.string(), pa.bool_(), pa.int64(), pa.string()]
+    table = pa.table(
+        {
+            name: pa.chunked_array(
+                [
+                    pa.array(list(part[i]), t).dictionary_encode()
+                    if name == "s"
+                    else pa.array(list(part[i]), t)
+                    for part in parts
+                ],
+                pa.dictionary(pa.int32(), pa.string()) if name == "s" else t,
+            )
+            for i, (name, t) in enumerate(zip(names, types, strict=True))
+        }
+    )
+    seen: dict[tuple[object, ...], int] = {}
+    expected_numbers = [seen.setdefault(row, len(seen)) for row in rows]
+    expected_first = [expected_numbers.index(n) for n in range(len(seen))]
+    if not slots:
+        original, columns._SLOTS = columns._SLOTS, 1
+    try:
+        first, numbered = columns.distinct_rows(table, names)
+    finally:
+        if not slots:
+            columns._SLOTS = original
+    assert first.tolist() == expected_first
+    assert numbered.tolist() == expected_numbers
