@@ -162,8 +162,8 @@ def _rows_of(chunk: pa.MapArray, offsets: Offsets, entries: Rows) -> Offsets:
     lists them) belong to: a binary search each where they are few, else the row of
     every entry, numbered once."""
     if len(entries) * 16 < len(offsets):
-        rows: Offsets = np.searchsorted(offsets, entries.astype(np.int32), side="right") - 1
-        return rows
+        found = np.searchsorted(offsets, entries.astype(np.int32), side="right") - 1
+        return found.astype(np.int32, copy=False)
     every: Offsets = np.asarray(pc.list_parent_indices(_entry_list(chunk)), dtype=np.int32)
     return every[entries]
 
