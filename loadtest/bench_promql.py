@@ -219,10 +219,12 @@ def _timed_get(base: str, path: str, params: list[tuple[str, str]]) -> tuple[flo
     started = time.perf_counter()
     try:
         with urllib.request.urlopen(url, timeout=120) as resp:
-            body = json.loads(resp.read())
+            raw = resp.read()
     except urllib.error.HTTPError as exc:
-        body = json.loads(exc.read())
+        raw = exc.read()
+    # the answer's last byte received: the client's own parsing is not the server's time
     elapsed = time.perf_counter() - started
+    body = json.loads(raw)
     if body.get("status") != "success":
         raise RuntimeError(f"{path} {params} failed on {base}: {body}")
     return elapsed, body["data"]

@@ -203,6 +203,11 @@ class QuerySource:
         init=False, repr=False, default_factory=dict
     )
     """Index rows by range, for this source's life (one API request)."""
+    _finding: threading.Lock = dataclasses.field(
+        init=False, repr=False, default_factory=threading.Lock
+    )
+    """Held while index rows are found: a request's calls made at once (the metric
+    browser asks for series, metrics and targets together) find them once."""
     _derived: dict[tuple[int, int], pa.Table] = dataclasses.field(
         init=False, repr=False, default_factory=dict
     )
@@ -262,9 +267,14 @@ class QuerySource:
         request's calls over the same range see the same rows."""
         start_ms = min(max(start_ms, _FIRST_MS), _LAST_MS)
         end_ms = min(max(end_ms, _FIRST_MS), _LAST_MS)
-        known = self._found.get((start_ms, end_ms))
-        if known is not None:
-            return known
+        with self._finding:
+            known = self._found.get((start_ms, end_ms))
+            if known is not None:
+                return known
+            found = self._found[start_ms, end_ms] = self._find(start_ms, end_ms)
+            return found
+
+    def _find(self, start_ms: int, end_ms: int) -> pa.Table:
         found = self.reader.series(
             self.tenant, "metrics", start_ms * 1_000_000, (end_ms + 1) * 1_000_000 - 1
         )
@@ -276,8 +286,7 @@ class QuerySource:
         if found.num_rows > self.service.limits.max_samples:
             raise _over_cap(self.service.limits.max_samples, "selects", "series")
         verbatim = columns.among(found.column("scope_name"), [REMOTE_WRITE_SCOPE])
-        found = self._found[start_ms, end_ms] = found.append_column("verbatim", verbatim)
-        return found
+        return found.append_column("verbatim", verbatim)
 
     async def _index(self, start_ms: int, end_ms: int) -> pa.Table:
         return await asyncio.get_running_loop().run_in_executor(
@@ -378,7 +387,7 @@ class QuerySource:
         empty = pa.table({"s": [], "ns": [], "iid": [], "time_unix_nano": []})
         if not times:  # the resources alone: from the series index
             found = await self._index(start_ms, end_ms)
-            return self.memo("resources", found, lambda: _resources(found)), empty
+            return await self.amemo("resources", found, lambda: _resources(found)), empty
         seen = await self._run(
             f"SELECT {target}, time_unix_nano FROM metrics WHERE {where} GROUP BY 1, 2, 3, 4"
             if times
