@@ -59,7 +59,7 @@ from shoal.storage.series_rows import (
     index_schema,
     ints,
     overlay,
-    reduce,
+    overlay_all,
     summarize,
     summarize_onto,
     within,
@@ -298,9 +298,7 @@ class SeriesIndex:
         return bool(size > _LIGHT_ROW_BYTES * max(1, meta.num_rows))
 
     def _merge(self, table: pa.Table, summaries: list[pa.Table]) -> pa.Table:
-        if len(summaries) > 1:
-            summaries = [reduce(pa.concat_tables(summaries), self.key)]
-        return overlay(table, summaries[0], self.key)
+        return overlay_all(table, summaries, self.key)
 
     def _add_batches(self, table: pa.Table, batches: Sequence[LsnBatch]) -> pa.Table:
         fresh = [b.batch for b in batches if b.lsn > self._lsn and b.batch.num_rows]

@@ -14,6 +14,7 @@ is about 15 times slower than plain ones: :func:`plain` decodes a column first.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -161,15 +162,45 @@ def overlay(base: pa.Table, extra: pa.Table, key: str) -> pa.Table:
         return base
     if base.num_rows == 0:
         return extra
+    moved = later_only(base, extra, key)
+    if moved is not None:
+        return moved
+    # a new series, or an earlier row of a known one (whose labels then come first);
+    # only here do extra's other columns matter (held or plain, as base is)
+    if not extra.schema.equals(base.schema):
+        extra = extra.cast(base.schema)
+    return reduce(pa.concat_tables([base, extra]), key)
+
+
+def overlay_all(base: pa.Table, summaries: Sequence[pa.Table], key: str) -> pa.Table:
+    """``summaries`` (each reduced) merged onto ``base``: those that only move last times
+    one by one (their keys and times read, 15 ms each at a million series), the others
+    reduced together first (which copies every column of every row they hold: the
+    summaries of two flushes of 244,000 known series each took 98 ms so, against 30 one
+    by one)."""
+    rest = []
+    for summary in summaries:
+        moved = None
+        if base.num_rows and summary.num_rows:
+            moved = later_only(base, summary, key)
+        if moved is None:
+            rest.append(summary)
+        else:
+            base = moved
+    if len(rest) > 1:
+        rest = [reduce(pa.concat_tables(rest), key)]
+    return overlay(base, rest[0], key) if rest else base
+
+
+def later_only(base: pa.Table, extra: pa.Table, key: str) -> pa.Table | None:
+    """``overlay(base, extra, key)`` where ``extra`` (reduced, not empty; ``base`` not
+    empty) only moves the last times of series ``base`` has, read from the keys and
+    times alone; None where it brings a series or an earlier row."""
     base_keys, extra_keys = ints(base, key), ints(extra, key)
     pos = np.searchsorted(base_keys, extra_keys).clip(max=len(base_keys) - 1)
     known = bool((base_keys[pos] == extra_keys).all())
     if not known or bool((ints(extra, FIRST) < ints(base, FIRST)[pos]).any()):
-        # a new series, or an earlier row of a known one (whose labels then come first);
-        # only here do extra's other columns matter (held or plain, as base is)
-        if not extra.schema.equals(base.schema):
-            extra = extra.cast(base.schema)
-        return reduce(pa.concat_tables([base, extra]), key)
+        return None
     last = ints(base, LAST).copy()
     np.maximum.at(last, pos, ints(extra, LAST))
     return _with_last(base, last)

@@ -369,3 +369,36 @@ def test_summarizing_rows_onto_the_index_equals_merging_their_summary(
     found = series_rows.summarize_onto(base, rows, spec, schema)
     assert found.to_pylist() == expected.to_pylist()
     assert found.schema == expected.schema
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    known=st.integers(1, 40),
+    summaries=st.lists(
+        st.tuples(
+            st.integers(1, 40), st.sampled_from([0, HOUR_US // 4, HOUR_US]), st.integers(0, 3)
+        ),
+        max_size=5,
+    ),
+    held=st.booleans(),
+)
+def test_summaries_merged_together_or_one_by_one_make_the_same_index(
+    seed: int, known: int, summaries: list[tuple[int, int, int]], held: bool
+) -> None:
+    """Summaries that only move last times (merged one at a time) among summaries that
+    bring series or earlier rows (reduced together): as if all were reduced at once."""
+    rng = random.Random(seed)
+    spec, schema = METRICS, series_rows.index_schema(METRICS)
+    base = series_rows.summarize(_rows(rng, 80, BASE_US, HOUR_US, known), spec, schema)
+    if held:
+        base = series_rows.hold(base)
+    parts = [
+        series_rows.summarize(
+            _rows(rng, rows, BASE_US + HOUR_US - spread, HOUR_US, known + more), spec, schema
+        )
+        for rows, spread, more in summaries
+    ]
+    found = series_rows.overlay_all(base, parts, "series_id")
+    everything = pa.concat_tables([base.cast(schema), *parts])
+    expected = series_rows.reduce(everything, "series_id")
+    assert series_rows.hold(found).to_pylist() == series_rows.hold(expected).to_pylist()
