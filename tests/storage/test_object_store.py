@@ -84,14 +84,16 @@ def test_the_series_index_and_vacuum_work_in_the_bucket(tmp_path: Path, s3_url: 
 def test_a_read_trusts_its_version_for_poll_s_then_sees_another_writer(
     tmp_path: Path, s3_url: str
 ) -> None:
-    reader = s3_store(tmp_path, s3_url, poll_s=0.5).open("acme", "logs")
+    # poll_s well above a flush's time on a loaded machine (at 0.5 s a slow flush let
+    # the first read's version expire before the second read)
+    reader = s3_store(tmp_path, s3_url, poll_s=2.0).open("acme", "logs")
     writer = s3_store(tmp_path, s3_url).open("acme", "logs")
     rng = random.Random(2)
     writer.flush(random_logs(rng, 10, first_id=0, hours=1), 1)
     first = reader.snapshot()
     writer.flush(random_logs(rng, 10, first_id=100, hours=1), 2)
     assert reader.snapshot().version == first.version  # within poll_s: no request
-    time.sleep(0.6)
+    time.sleep(2.1)
     assert reader.snapshot().version == first.version + 1
     own = reader.flush(random_logs(rng, 10, first_id=200, hours=1), 3)
     assert own is not None and reader.snapshot().version == own.version  # its own: at once
