@@ -4,9 +4,11 @@ gives, request after request, through hits, misses, refusals and the cache start
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -264,7 +266,8 @@ def test_runs_of_rows_are_found_as_looking_each_key_up_finds_them(
             wanted.append(b"new%d" % len(wanted))
         else:
             wanted.extend(b"k%d" % k for k in range(start, min(start + length, 300)))
-    expected = [known.index.get(k, -1) for k in wanted]
+    by_key = {b"k%d" % row: row for row in range(300)}  # every row holds k<row>
+    expected = [by_key.get(k, -1) for k in wanted]
     assert known.rows(pa.array(wanted, pa.binary())).tolist() == expected
 
 
@@ -317,6 +320,7 @@ def test_the_setting_bounds_the_bytes_a_cache_holds() -> None:
         assert held is not None
         arrow = held.table.get_total_buffer_size() + held.keys.nbytes
         assert known.nbytes >= arrow + len(held.index) * known_module.ENTRY_BYTES
+        assert len(held.index) == held.table.num_rows
     assert known.unkept > 0  # it was full
 
 
@@ -383,3 +387,48 @@ def test_growing_the_cache_copies_nothing_the_handed_out_rows_pin() -> None:
     assert held is not None and len(handed) == 39
     cache = held.table.get_total_buffer_size()
     assert grown < 2 * cache, f"{grown} bytes allocated for a cache of {cache}"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    keys=st.lists(st.binary(max_size=6), unique=True, max_size=40),
+    asked=st.lists(st.binary(max_size=6), max_size=40),
+    cut=st.integers(0, 40),
+    buckets=st.sampled_from([1, 3, 1 << 62]),
+)
+def test_the_index_finds_each_key_whatever_the_hashes_share(
+    keys: list[bytes], asked: list[bytes], cut: int, buckets: int
+) -> None:
+    """Keys added at once and later, looked up with keys it holds and keys it does not,
+    where hashes collide (1 or 3 distinct hashes in all) and where they do not."""
+    real = known_module._hashes
+    cut = min(cut, len(keys))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(known_module, "_hashes", lambda ks: real(ks) % buckets)
+        index = known_module._Index.of(keys[:cut]).plus(keys[cut:], cut)
+        middle = (cut + len(keys)) // 2  # the keys by row, in three chunks
+        held = pa.chunked_array(
+            [pa.array(part, pa.binary()) for part in (keys[:cut], keys[cut:middle], keys[middle:])]
+        )
+        wanted = asked + keys[::-1]
+        found = index.find(wanted, held).tolist()
+    rows = {key: row for row, key in enumerate(keys)}
+    assert found == [rows.get(k, -1) for k in wanted]
+    assert len(index) == len(keys)
+
+
+@given(
+    sizes=st.lists(st.integers(0, 6), min_size=1, max_size=5),
+    picks=st.lists(st.integers(0, 10_000), max_size=20),
+)
+def test_rows_gathered_chunk_by_chunk_are_the_rows_taken(
+    sizes: list[int], picks: list[int]
+) -> None:
+    values = [b"v%d" % i for i in range(sum(sizes))]
+    bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+    held = pa.chunked_array(
+        [pa.array(values[lo:hi], pa.binary()) for lo, hi in itertools.pairwise(bounds)],
+        pa.binary(),
+    )
+    rows = np.array([p % len(values) for p in picks] if values else [], dtype=np.int64)
+    assert known_module._gathered(held, rows).to_pylist() == [values[r] for r in rows.tolist()]
