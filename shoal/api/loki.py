@@ -11,6 +11,7 @@ query that cannot be answered, 504 past the time limit).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -115,7 +116,9 @@ async def _index_stats(svc: LogQLService, tenant: str, params: Params, _r: Reque
     return await svc.index_stats(tenant, _required(params, "query"), *_range(params))
 
 
-async def _volume(svc: LogQLService, tenant: str, params: Params, _r: Request, step: bool) -> Any:
+async def _volume(
+    svc: LogQLService, tenant: str, params: Params, _r: Request, *, step: bool
+) -> Any:
     start, end = _range(params)
     targets = [t for t in (one(params, "targetLabels") or "").split(",") if t]
     by_labels = (one(params, "aggregateBy") or "series") == "labels"
@@ -129,96 +132,68 @@ async def _volume(svc: LogQLService, tenant: str, params: Params, _r: Request, s
     )  # fmt: skip
 
 
-@router.api_route("/loki/api/v1/query_range", methods=["GET", "POST"], include_in_schema=False)
-async def query_range(request: Request) -> Response:
-    return await serve(request, _query_range)
+async def _label_values(svc: LogQLService, tenant: str, params: Params, r: Request) -> Any:
+    name = r.path_params["name"]
+    return await svc.label_values(tenant, name, *_range(params), one(params, "query"))
 
 
-@router.api_route("/loki/api/v1/query", methods=["GET", "POST"], include_in_schema=False)
-async def query(request: Request) -> Response:
-    return await serve(request, _query)
+async def _detected_labels(svc: LogQLService, tenant: str, params: Params, _r: Request) -> Any:
+    found = await svc.detected_labels(tenant, one(params, "query"), *_range(params))
+    return {"detectedLabels": found}
 
 
-@router.get("/loki/api/v1/labels", include_in_schema=False)
-@router.get("/loki/api/v1/label", include_in_schema=False)
-async def labels(request: Request) -> Response:
-    return await serve(request, _labels)
+async def _detected_fields(svc: LogQLService, tenant: str, params: Params, _r: Request) -> Any:
+    start, end = _range(params)
+    limit = p.limit(one(params, "limit") or one(params, "field_limit") or "1000")
+    line_limit = p.limit(one(params, "line_limit") or "1000")
+    found = await svc.detected_fields(
+        tenant, _required(params, "query"), start, end, line_limit, limit
+    )
+    return {"fields": found, "limit": limit}
 
 
-@router.get("/loki/api/v1/label/{name}/values", include_in_schema=False)
-async def label_values(request: Request, name: str) -> Response:
-    async def run(svc: LogQLService, tenant: str, params: Params, _r: Request) -> Any:
-        return await svc.label_values(tenant, name, *_range(params), one(params, "query"))
-
-    return await serve(request, run)
+async def _format_query(svc: LogQLService, _tenant: str, params: Params, _r: Request) -> Any:
+    return svc.format_query(_required(params, "query"))
 
 
-@router.api_route("/loki/api/v1/series", methods=["GET", "POST"], include_in_schema=False)
-async def series(request: Request) -> Response:
-    return await serve(request, _series)
+async def _buildinfo(_svc: LogQLService, _tenant: str, _params: Params, _r: Request) -> Any:
+    return {"version": LOKI_VERSION, "revision": "", "branch": "", "buildUser": "",
+            "buildDate": "", "goVersion": ""}  # fmt: skip
 
 
-@router.api_route("/loki/api/v1/index/stats", methods=["GET", "POST"], include_in_schema=False)
-async def index_stats(request: Request) -> Response:
-    return await serve(request, _index_stats, envelope=False)
+_GET = ["GET"]
+_BOTH = ["GET", "POST"]
 
-
-@router.api_route("/loki/api/v1/index/volume", methods=["GET", "POST"], include_in_schema=False)
-async def volume(request: Request) -> Response:
-    async def run(svc: LogQLService, tenant: str, params: Params, r: Request) -> Any:
-        return await _volume(svc, tenant, params, r, False)
-
-    return await serve(request, run)
-
-
-@router.api_route(
-    "/loki/api/v1/index/volume_range", methods=["GET", "POST"], include_in_schema=False
+ROUTES: tuple[tuple[str, list[str], Handler, bool], ...] = (
+    # path, methods, handler, whether the answer is wrapped in Loki's envelope
+    ("/loki/api/v1/query_range", _BOTH, _query_range, True),
+    ("/loki/api/v1/query", _BOTH, _query, True),
+    ("/loki/api/v1/label", _GET, _labels, True),
+    ("/loki/api/v1/labels", _GET, _labels, True),
+    ("/loki/api/v1/label/{name}/values", _GET, _label_values, True),
+    ("/loki/api/v1/series", _BOTH, _series, True),
+    ("/loki/api/v1/index/stats", _BOTH, _index_stats, False),
+    ("/loki/api/v1/index/volume", _BOTH, functools.partial(_volume, step=False), True),
+    ("/loki/api/v1/index/volume_range", _BOTH, functools.partial(_volume, step=True), True),
+    ("/loki/api/v1/detected_labels", _GET, _detected_labels, False),
+    ("/loki/api/v1/detected_fields", _GET, _detected_fields, False),
+    ("/loki/api/v1/format_query", _BOTH, _format_query, True),
+    ("/loki/api/v1/status/buildinfo", _GET, _buildinfo, False),
 )
-async def volume_range(request: Request) -> Response:
-    async def run(svc: LogQLService, tenant: str, params: Params, r: Request) -> Any:
-        return await _volume(svc, tenant, params, r, True)
-
-    return await serve(request, run)
+"""Loki's API: every route but ``/ready`` is one :data:`Handler` that :func:`serve` runs."""
 
 
-@router.get("/loki/api/v1/detected_labels", include_in_schema=False)
-async def detected_labels(request: Request) -> Response:
-    async def run(svc: LogQLService, tenant: str, params: Params, _r: Request) -> Any:
-        found = await svc.detected_labels(tenant, one(params, "query"), *_range(params))
-        return {"detectedLabels": found}
+def _endpoint(handler: Handler, envelope: bool) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        return await serve(request, handler, envelope)
 
-    return await serve(request, run, envelope=False)
+    return endpoint
 
 
-@router.get("/loki/api/v1/detected_fields", include_in_schema=False)
-async def detected_fields(request: Request) -> Response:
-    async def run(svc: LogQLService, tenant: str, params: Params, _r: Request) -> Any:
-        start, end = _range(params)
-        limit = p.limit(one(params, "limit") or one(params, "field_limit") or "1000")
-        line_limit = p.limit(one(params, "line_limit") or "1000")
-        found = await svc.detected_fields(
-            tenant, _required(params, "query"), start, end, line_limit, limit
-        )
-        return {"fields": found, "limit": limit}
-
-    return await serve(request, run, envelope=False)
-
-
-@router.api_route("/loki/api/v1/format_query", methods=["GET", "POST"], include_in_schema=False)
-async def format_query(request: Request) -> Response:
-    async def run(svc: LogQLService, _tenant: str, params: Params, _r: Request) -> Any:
-        return svc.format_query(_required(params, "query"))
-
-    return await serve(request, run)
-
-
-@router.get("/loki/api/v1/status/buildinfo", include_in_schema=False)
-async def buildinfo(request: Request) -> Response:
-    async def run(_svc: LogQLService, _tenant: str, _params: Params, _r: Request) -> Any:
-        return {"version": LOKI_VERSION, "revision": "", "branch": "", "buildUser": "",
-                "buildDate": "", "goVersion": ""}  # fmt: skip
-
-    return await serve(request, run, envelope=False)
+for path, methods, handler, envelope in ROUTES:
+    router.add_api_route(
+        path, _endpoint(handler, envelope), methods=methods, include_in_schema=False
+    )
 
 
 @router.get("/ready", include_in_schema=False)

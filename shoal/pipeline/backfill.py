@@ -30,7 +30,7 @@ from shoal.pipeline.writer import WriteTarget, WrittenFile, write_table
 from shoal.schema import UTC_US, TableSpec
 from shoal.storage import coverage as cov
 from shoal.storage import layout
-from shoal.storage.commit import Commit, NewFile
+from shoal.storage.commit import Commit
 from shoal.storage.location import StorageLocation
 from shoal.storage.log import overlap, overlap_error
 from shoal.storage.types import CommitResult, TableSnapshot
@@ -118,7 +118,7 @@ def backfill(
         logger.info("backfill %s: wrote %d files", table.label, len(written))
         return Commit(
             operation=OPERATION,
-            adds=tuple(NewFile(w.path, w.size, w.stats) for w in written),
+            adds=tuple(w.new_file() for w in written),
             # again on the version the commit lands on: a flush may have committed since
             no_overlap=None if allow_overlap else tuple(incoming),
         )

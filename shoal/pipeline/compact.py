@@ -35,7 +35,7 @@ from shoal.pipeline.writer import (
     WrittenFile,
     write_sorted,
 )
-from shoal.storage.commit import Commit, NewFile
+from shoal.storage.commit import Commit
 from shoal.storage.layout import HOUR_US
 from shoal.storage.types import TableSnapshot
 
@@ -130,7 +130,7 @@ def compact_table(
         written = merge_groups(spark, target, groups)
         rows_in, rows_out = sum(f.rows for f in inputs), sum(w.rows for w in written)
         if rows_in != rows_out:
-            table.files.discard(NewFile(w.path) for w in written)
+            table.files.discard(w.new_file() for w in written)
             raise MaintenanceError(
                 f"compact {table.tenant}/{table.name}: read {rows_in} rows but wrote "
                 f"{rows_out}; nothing was committed"
@@ -138,7 +138,7 @@ def compact_table(
         planned.update(hours=len({g.hour for g in groups}), rows=rows_out)
         return Commit(
             operation=OPERATION,
-            adds=tuple(NewFile(w.path, w.size, w.stats) for w in written),
+            adds=tuple(w.new_file() for w in written),
             removes=tuple(table.place.rel(f.path) for f in inputs),
             data_change=False,
         )

@@ -30,7 +30,7 @@ from shoal.pipeline.plan import file_hour
 from shoal.pipeline.schema import ROLLUP_SOURCE, ROLLUP_WIDTHS_S, rollup_spec
 from shoal.pipeline.source import read_hours
 from shoal.pipeline.writer import HOUR_COLUMN, WriteTarget
-from shoal.storage.commit import Commit, NewFile, Txn
+from shoal.storage.commit import Commit, Txn
 from shoal.storage.layout import hour_index
 from shoal.storage.types import ScanFile, TableSnapshot
 
@@ -163,7 +163,7 @@ def rollup_table(
         stats.update(hours=len(hours), rows=sum(w.rows for w in written))
         return Commit(
             operation=OPERATION,
-            adds=tuple(NewFile(w.path, w.size, w.stats) for w in written),
+            adds=tuple(w.new_file() for w in written),
             removes=tuple(derived.place.rel(f.path) for f in old),
             data_change=True,
             txn=Txn(ROLLUP_APP_ID, current.version + 1),

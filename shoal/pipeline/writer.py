@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from shoal.pipeline import encoded
 from shoal.schema import TableSpec
 from shoal.storage import layout, logindex
-from shoal.storage.commit import PreparedFile
+from shoal.storage.commit import NewFile, PreparedFile
 from shoal.storage.files import TableFiles, conform
 from shoal.storage.place import Place
 
@@ -49,9 +49,10 @@ WRITTEN_SCHEMA = pa.schema(
 )
 """One row per file a task wrote (what :func:`write_sorted` yields)."""
 
-WRITTEN_DDL = (
-    "path string, hour long, size long, rows long, min_time_us long, max_time_us long, stats string"
-)
+_SPARK_TYPES = {pa.string(): "string", pa.int64(): "long"}
+
+WRITTEN_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in WRITTEN_SCHEMA)
+""":data:`WRITTEN_SCHEMA` in Spark's DDL (the rows ``mapInArrow`` is told to expect)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +82,10 @@ class WrittenFile:
     @classmethod
     def from_row(cls, row: dict[str, object]) -> WrittenFile:
         return cls(**row)  # type: ignore[arg-type]
+
+    def new_file(self) -> NewFile:
+        """The file as a commit adds it (its statistics already computed)."""
+        return NewFile(self.path, self.size, self.stats)
 
 
 class _HourFile:
@@ -156,15 +161,16 @@ class _HourFile:
         if self.target.spec.name == "logs":  # the log index of the file, as the flush writes it
             rows = self.target.place.read_table(self.relpath, columns=list(logindex.COLUMNS))
             logindex.write(self.target.place, self.relpath, rows)
-        return {
-            "path": self.relpath,
-            "hour": self.hour,
-            "size": size,
-            "rows": stats.rows,
-            "min_time_us": stats.min_time_us,
-            "max_time_us": stats.max_time_us,
-            "stats": stats.to_json(),
-        }
+        written = WrittenFile(
+            self.relpath,
+            self.hour,
+            size,
+            stats.rows,
+            stats.min_time_us,
+            stats.max_time_us,
+            stats.to_json(),
+        )
+        return dataclasses.asdict(written)
 
 
 def write_sorted(

@@ -52,8 +52,8 @@ from shoal.storage import layout
 from shoal.storage.commit import Commit, PreparedFile
 from shoal.storage.durable import fsync_dir, fsync_file
 from shoal.storage.freshness import Watch
+from shoal.storage.options import TableOptions
 from shoal.storage.place import Place
-from shoal.storage.reporting import NOOP, StorageMetrics
 from shoal.storage.types import WAL_APP_ID, CommitResult, HistoryEntry, ScanFile, TableSnapshot
 
 logger = logging.getLogger(__name__)
@@ -70,27 +70,19 @@ Covered = Callable[[TableSnapshot], cov.Coverage]
 class DeltaLog:
     """The Delta log of one table directory. Thread-safe."""
 
-    def __init__(
-        self,
-        tenant: str,
-        place: Place,
-        spec: TableSpec,
-        *,
-        checkpoint_interval: int,
-        metrics: StorageMetrics = NOOP,
-        poll_s: float = 0.0,
-        background: bool = False,
-    ) -> None:
+    def __init__(self, tenant: str, place: Place, spec: TableSpec, options: TableOptions) -> None:
         self.tenant = tenant
         self.place = place
         self.spec = spec
         self.label = f"{tenant}/{spec.name}"
-        self.checkpoint_interval = checkpoint_interval
-        self._metrics = metrics
+        self.checkpoint_interval = options.checkpoint_interval
+        self._metrics = options.metrics
         self._lock = threading.RLock()
         self._dt = self._open()
         self._latest: TableSnapshot | None = None
-        self._watch = Watch(self.label, poll_s, background=background, tolerant=not place.local)
+        self._watch = Watch(
+            self.label, options.poll_s, background=options.background, tolerant=not place.local
+        )
         """When the store was last asked for a newer version than ``_latest``."""
 
     def _open(self) -> DeltaTable:

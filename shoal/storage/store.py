@@ -25,6 +25,7 @@ from shoal.storage import spec as spec_mod
 from shoal.storage.durable import fsync_dir, fsync_file, make_dirs_durable
 from shoal.storage.freshness import Watch
 from shoal.storage.location import StorageLocation
+from shoal.storage.options import TableOptions
 from shoal.storage.place import Place
 from shoal.storage.reporting import NOOP, StorageMetrics
 from shoal.storage.series_budget import SeriesBudget
@@ -66,17 +67,15 @@ class TableStore:
         self.root = Path(self.location.root)
         """The directory of the tables (for a bucket, ``bucket/prefix``: use ``location``)."""
         self.coverage_bucket_s = coverage_bucket_s
-        self.checkpoint_interval = checkpoint_interval
-        self.poll_s = poll_s if not self.location.is_local else 0.0
-        """How long a read trusts the latest version it saw of a table in a bucket before
-        it asks whether another writer committed (the server's own commits are seen at
-        once); on local disk a read always looks (one ``stat``)."""
-        self.background = background
+        self.options = TableOptions(
+            checkpoint_interval,
+            metrics,
+            poll_s=poll_s if not self.location.is_local else 0.0,
+            background=background,
+        )
+        """What every table is opened with (on local disk a read always looks: no ``poll_s``)."""
         self.series_budget = SeriesBudget(series_index_bytes)
         """What the series indexes of every table may hold together (0: no bound)."""
-        """Whether reads past ``poll_s`` look for changes in the background (the server)
-        rather than at once (see :mod:`shoal.storage.freshness`)."""
-        self._metrics = metrics
         self._lock = threading.Lock()
         self._tables: dict[tuple[str, str], Table] = {}
         self._listed: dict[str, list[str]] = {}
@@ -163,10 +162,7 @@ class TableStore:
                 place,
                 stored,
                 bucket_s=bucket_s,
-                checkpoint_interval=self.checkpoint_interval,
-                metrics=self._metrics,
-                poll_s=self.poll_s,
-                background=self.background,
+                options=self.options,
                 series_budget=self.series_budget,
             )
             if spec is not None:
@@ -241,9 +237,8 @@ class TableStore:
         with self._lock:
             watch = self._list_watches.get(tenant)
             if watch is None:
-                watch = Watch(
-                    f"{tenant}'s tables", max(self.poll_s, 0.001), background=self.background
-                )
+                poll_s = max(self.options.poll_s, 0.001)
+                watch = Watch(f"{tenant}'s tables", poll_s, background=self.options.background)
                 self._list_watches[tenant] = watch
             known = tenant in self._listed
         if known:

@@ -32,8 +32,8 @@ from shoal.storage.files import TableFiles
 from shoal.storage.location import StorageLocation
 from shoal.storage.log import DeltaLog
 from shoal.storage.lookup import LookupIndex
+from shoal.storage.options import TableOptions
 from shoal.storage.place import Place
-from shoal.storage.reporting import NOOP, StorageMetrics
 from shoal.storage.series import SeriesIndex
 from shoal.storage.series_budget import SeriesBudget
 from shoal.storage.types import (
@@ -59,10 +59,7 @@ class Table:
         spec: TableSpec,
         *,
         bucket_s: int,
-        checkpoint_interval: int,
-        metrics: StorageMetrics = NOOP,
-        poll_s: float = 0.0,
-        background: bool = False,
+        options: TableOptions,
         series_budget: SeriesBudget | None = None,
     ) -> None:
         if not isinstance(place, Place):
@@ -73,18 +70,10 @@ class Table:
         self.spec = spec
         self.bucket_s = bucket_s
         self.label = f"{tenant}/{spec.name}"
-        self._metrics = metrics
-        self._background = background
+        self._metrics = options.metrics
+        self._background = options.background
         """A long-lived process (the server): work that serves later reads runs in threads."""
-        self.log = DeltaLog(
-            tenant,
-            place,
-            spec,
-            checkpoint_interval=checkpoint_interval,
-            metrics=metrics,
-            poll_s=poll_s,
-            background=background,
-        )
+        self.log = DeltaLog(tenant, place, spec, options)
         self.files = TableFiles(place, spec, bucket_s, self.label)
         self._coverage = CoverageIndex(self.files)
         self._series = (

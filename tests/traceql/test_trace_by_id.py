@@ -14,6 +14,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 from shoal.auth import TokenStore
 from shoal.otlp import tempo
 from shoal.sql.service import QueryService
+from shoal.storage.options import TableOptions
 from tests.sql.api_app import SyncClient
 from tests.sql.helpers import Harness
 
@@ -163,7 +164,7 @@ def test_the_trace_files_are_found_from_filters_not_a_scan(
     for path in filters:
         path.write_bytes(path.read_bytes()[:-3])
     rebuilt = type(handle)(
-        handle.tenant, handle.path, handle.spec, bucket_s=60, checkpoint_interval=10
+        handle.tenant, handle.path, handle.spec, bucket_s=60, options=TableOptions(10)
     )
     assert len(rebuilt.files_holding(files, wanted)) == 1
 
