@@ -62,6 +62,9 @@ keep changing adds chunks between its takes, and copying the whole table for eac
 cost more, and pin each copy."""
 
 
+_KEY_CHUNKS = 4
+"""The keys' column is copied into one chunk when it has more than this many (one per
+request that added series): finding rows by key reads each chunk it names."""
 ENTRY_BYTES = 16
 """What the index holds per key: its hash and its row, 8 bytes each."""
 
@@ -120,9 +123,12 @@ class _Index:
         at = np.searchsorted(self.hashes, more.hashes)
         return _Index(np.insert(self.hashes, at, more.hashes), np.insert(self.rows, at, more.rows))
 
-    def find(self, keys: list[bytes], held: pa.Array | pa.ChunkedArray) -> I64:
+    def find(
+        self, keys: list[bytes], held: pa.Array | pa.ChunkedArray, arrow: pa.Array | None = None
+    ) -> I64:
         """Per key, its row (-1 when it has none); ``held`` the keys by row (read after
-        this index, so that it holds every row the index names)."""
+        this index, so that it holds every row the index names); ``arrow`` the keys as
+        an Arrow array, where the caller has them so."""
         out = np.full(len(keys), -1, dtype=np.int64)
         if not len(self.hashes) or not keys:
             return out
@@ -132,12 +138,23 @@ class _Index:
         if not len(hit):
             return out
         rows = self.rows[at[hit]]
-        asked = pa.array([keys[i] for i in hit.tolist()], pa.binary())
+        if arrow is not None:
+            asked = arrow.take(pa.array(hit))
+        else:
+            asked = pa.array([keys[i] for i in hit.tolist()], pa.binary())
         same = np.asarray(pc.equal(asked, _gathered(held, rows)), dtype=np.bool_)
         out[hit[same]] = rows[same]
         for i in hit[~same].tolist():  # another key with the same hash came first
             out[i] = self._among_equal(keys[i], int(at[i]), held)
         return out
+
+    def find_one(self, key: bytes, held: pa.Array | pa.ChunkedArray) -> int:
+        """:meth:`find` for one key, without making arrays (a run's first key)."""
+        wanted = hash(key)
+        at = int(np.searchsorted(self.hashes, wanted))
+        if at == len(self.hashes) or self.hashes[at] != wanted:
+            return -1
+        return self._among_equal(key, at, held)
 
     def _among_equal(self, key: bytes, at: int, held: pa.Array | pa.ChunkedArray) -> int:
         wanted = self.hashes[at]
@@ -179,7 +196,7 @@ class _Known:
         for _ in range(_MAX_RUN_LOOKUPS):
             if position >= n:
                 return out
-            row = int(index.find([keys[position].as_py()], known)[0])
+            row = index.find_one(keys[position].as_py(), known)
             if row < 0:
                 position += 1  # a new series
                 continue
@@ -192,7 +209,8 @@ class _Known:
             if run < _SHORT_RUN:
                 break  # not a sender that keeps its order
         if position < n:
-            out[position:] = index.find(keys.slice(position).to_pylist(), known)
+            rest = keys.slice(position)
+            out[position:] = index.find(rest.to_pylist(), known, rest)
         return out
 
     def add(self, keys: list[bytes], table: pa.Table) -> None:
@@ -206,6 +224,8 @@ class _Known:
         grown = pa.concat_tables([self.table, table])  # no copy: chunks side by side
         added = pa.array(keys, pa.binary())
         all_keys = pa.chunked_array([*_chunks(self.keys), added])
+        if all_keys.num_chunks > _KEY_CHUNKS:  # the keys are not handed out: copied freely
+            all_keys = pa.chunked_array([all_keys.combine_chunks()])
         named = np.asarray(table.column("metric_name").is_valid(), dtype=np.bool_)
         base = len(self.index)
         self.takes_since_add = 0
