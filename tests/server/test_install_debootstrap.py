@@ -107,8 +107,8 @@ def test_install_on_a_clean_debian_root(debian_root: Path, children: Track) -> N
         root,
         "/opt/shoal/venv/bin/python",
         "-c",
-        "from shoal.otlp import scanned; from shoal.promwrite import decode;"
-        " print(scanned.SCAN_METRICS is not None, decode.SCAN_V1 is not None)",
+        "from shoal.otlp import scanned; from shoal.promwrite import cached;"
+        " print(scanned.SCAN_METRICS is not None, cached.SCAN_V1 is not None)",
     )
     assert scanners.stdout.split() == ["True", "True"], scanners.stdout + scanners.stderr
     assert "--role ingest,query" in first.stdout
