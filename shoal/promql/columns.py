@@ -357,7 +357,7 @@ def distinct_rows(table: pa.Table, names: Sequence[str]) -> tuple[Rows, Rows]:
         column = table.column(name)
         if column.null_count == len(column):
             continue  # null in every row
-        coded, count = column_codes(column)
+        coded, count = _column_codes(column)
         if space >= (1 << 62) // count:
             key, space = _numbered(key)
         key *= count
@@ -368,7 +368,7 @@ def distinct_rows(table: pa.Table, names: Sequence[str]) -> tuple[Rows, Rows]:
     return _first_rows(key, space)
 
 
-def column_codes(column: pa.ChunkedArray) -> tuple[Codes, int]:
+def _column_codes(column: pa.ChunkedArray) -> tuple[Codes, int]:
     """A code per row, from 0 (equal values, equal codes; null a code of its own), and
     how many codes there may be: read from the values where they are booleans, small
     integers or dictionary-encoded, else numbered by a hash."""

@@ -279,9 +279,9 @@ class SeriesIndex:
             self._covered.add(rel)
             self._unsaved += 1
             if rows >= max(table.num_rows, _GROUP_ROWS):
-                table, group, rows = self._merge(table, group), [], 0
+                table, group, rows = overlay_all(table, group, self.key), [], 0
         self._files = () if skipped else tuple(files)
-        return self._merge(table, group) if group else table
+        return overlay_all(table, group, self.key) if group else table
 
     def _is_heavy(self, rel: str) -> bool:
         """Whether the summary of data file ``rel`` holds over ``_LIGHT_ROW_BYTES`` a series,
@@ -296,9 +296,6 @@ class SeriesIndex:
             return False  # none or damaged: summarised again when merged
         size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
         return bool(size > _LIGHT_ROW_BYTES * max(1, meta.num_rows))
-
-    def _merge(self, table: pa.Table, summaries: list[pa.Table]) -> pa.Table:
-        return overlay_all(table, summaries, self.key)
 
     def _add_batches(self, table: pa.Table, batches: Sequence[LsnBatch]) -> pa.Table:
         fresh = [b.batch for b in batches if b.lsn > self._lsn and b.batch.num_rows]

@@ -143,14 +143,11 @@ def summarize_onto(
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
     key = spec.series_columns[0]
     if base.num_rows and table.num_rows:
-        base_keys, keys = ints(base, key), ints(table, key)
-        times = ints(table, spec.index_time_column)
-        pos = np.searchsorted(base_keys, keys).clip(max=len(base_keys) - 1)
-        earlier = bool((times < ints(base, FIRST)[pos]).any())
-        if bool((base_keys[pos] == keys).all()) and not earlier:
-            last = ints(base, LAST).copy()
-            np.maximum.at(last, pos, times)
-            return _with_last(base, last)
+        time = table.column(spec.index_time_column)
+        seen = pa.table({key: table.column(key), FIRST: time, LAST: time})
+        moved = later_only(base, seen, key)
+        if moved is not None:
+            return moved
     return overlay(base, summarize(table, spec, schema), key)
 
 
@@ -193,9 +190,9 @@ def overlay_all(base: pa.Table, summaries: Sequence[pa.Table], key: str) -> pa.T
 
 
 def later_only(base: pa.Table, extra: pa.Table, key: str) -> pa.Table | None:
-    """``overlay(base, extra, key)`` where ``extra`` (reduced, not empty; ``base`` not
-    empty) only moves the last times of series ``base`` has, read from the keys and
-    times alone; None where it brings a series or an earlier row."""
+    """``overlay(base, extra, key)`` where ``extra`` (not empty, a key in one row or in
+    several; ``base`` not empty) only moves the last times of series ``base`` has, read
+    from the keys and times alone; None where it brings a series or an earlier row."""
     base_keys, extra_keys = ints(base, key), ints(extra, key)
     pos = np.searchsorted(base_keys, extra_keys).clip(max=len(base_keys) - 1)
     known = bool((base_keys[pos] == extra_keys).all())
