@@ -5,7 +5,9 @@
 and its OTLP metrics decoder on the benchmark's OTLP bodies;
 ``--shuffled``: each remote-write request sends its series in another order;
 ``--bucket``: shoal's tables in a loopback S3 bucket, moto's server, each server under
-its own prefix, so that its flusher commits to object storage while it ingests)
+its own prefix, so that its flusher commits to object storage while it ingests;
+``--stages``: shoal's CPU per sample also by stage of its path, from py-spy's samples,
+:mod:`loadtest.stages`)
 
 16,000 series, 1,000 samples per request (a thousand series, one sample each, the
 sixteen groups in turn, timestamps advancing each round); shoal by OTLP gets the same
@@ -54,7 +56,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.compute
 
-from loadtest import payloads, remote_write
+from loadtest import payloads, remote_write, stages
 from loadtest.ingest import ServerProcess, directory_bytes, free_port
 from loadtest.prometheus import Prometheus
 from loadtest.stats import percentile
@@ -256,6 +258,8 @@ def _cpu(pid: int) -> float:
 
 THREADS: dict[str, list[dict[str, float]]] = {}
 """Per server, per run: CPU µs per sample by thread (shoal's threads by name)."""
+STAGES: dict[str, list[dict[str, float]]] = {}
+"""With ``--stages``, per shoal server, per run: CPU µs per sample by stage."""
 
 
 def _thread_cpu(pid: int) -> dict[int, float]:
@@ -341,7 +345,12 @@ BUCKET: list[str] = []
 
 
 def run_one(
-    name: str, tmp: Path, duration: float, workers: int, shuffled: bool = False
+    name: str,
+    tmp: Path,
+    duration: float,
+    workers: int,
+    shuffled: bool = False,
+    profile: bool = False,
 ) -> dict[str, float]:
     stop_server: Callable[[], None]
     # what the data takes on disk once flushed: (flushed, compacted) bytes; shoal alone
@@ -402,11 +411,13 @@ def run_one(
                 watcher = threading.Thread(target=_watch, args=(pid, stop, peak), daemon=True)
                 watcher.start()
                 threads0 = _thread_cpu(pid)
+                recorder = stages.Recorder(pid).start() if profile else None
                 cpu0, began = _cpu(pid), time.monotonic()
                 start.set()
                 outcomes = result.get()
                 elapsed = time.monotonic() - began
                 cpu = _cpu(pid) - cpu0
+                shares = recorder.stop() if recorder is not None else {}
                 threads1 = _thread_cpu(pid)
                 busy = {t for t, v in threads1.items() if v - threads0.get(t, 0.0) > 0.05 * cpu}
                 names = _thread_names(pid, busy) if name.startswith("shoal") else {}
@@ -421,6 +432,8 @@ def run_one(
         thread = names.get(tid, "other")
         by_thread[thread] = by_thread.get(thread, 0.0) + seconds - threads0.get(tid, 0.0)
     THREADS.setdefault(name, []).append({k: v / samples * 1e6 for k, v in by_thread.items()})
+    if shares:
+        STAGES.setdefault(name, []).append({k: v * cpu / samples * 1e6 for k, v in shares.items()})
     return {
         "samples/s": samples / elapsed,
         "ack p50 ms": percentile(latencies, 0.5),
@@ -572,6 +585,11 @@ def main(argv: list[str] | None = None) -> int:
         "--decode-only", action="store_true", help="time shoal's remote-write decoder alone"
     )
     parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="sample shoal's stacks with py-spy and print its CPU per sample by stage",
+    )
+    parser.add_argument(
         "--bucket",
         action="store_true",
         help="shoal's tables in a loopback S3 bucket (moto's server) instead of on local disk",
@@ -604,7 +622,9 @@ def _run(args: argparse.Namespace, chosen: list[str]) -> int:
         for name in chosen:
             with tempfile.TemporaryDirectory(prefix="shoal-peers-") as tmp:
                 print(f"[{repetition + 1}/{args.repeat}] {name} ...", file=sys.stderr, flush=True)
-                row = run_one(name, Path(tmp), args.duration, args.workers, args.shuffled)
+                row = run_one(
+                    name, Path(tmp), args.duration, args.workers, args.shuffled, args.stages
+                )
                 results[name].append(row)
                 print(
                     f"    {row['samples/s']:,.0f} samples/s, p99 {row['ack p99 ms']:.1f} ms, "
@@ -636,6 +656,9 @@ def _run(args: argparse.Namespace, chosen: list[str]) -> int:
         for thread in threads:
             median = statistics.median(run.get(thread, 0.0) for run in runs)
             print(f"| {thread} | {median:.2f} |")
+    for name, runs in STAGES.items():
+        print(f"\n{name}: CPU µs per sample by stage (py-spy's samples; median of the runs)")
+        print(stages.table(runs))
     return 0
 
 

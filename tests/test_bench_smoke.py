@@ -149,7 +149,16 @@ SMALLEST: dict[str, list[str]] = {
         "--flushes",
         "2",
     ],
-    "bench-peers": ["loadtest.bench_peers", "--duration", "2", "--repeat", "1", "--workers", "1"],
+    "bench-peers": [
+        "loadtest.bench_peers",
+        "--duration",
+        "2",
+        "--repeat",
+        "1",
+        "--workers",
+        "1",
+        "--stages",
+    ],
     "bench-cardinality": [
         "loadtest.bench_cardinality",
         "--size",
@@ -177,6 +186,12 @@ NEEDS: dict[str, list[str]] = {
     "bench-browser": ["prometheus"],
     "bench-peers": ["prometheus", "victoria-metrics"],
     "bench-cardinality": ["prometheus"],
+}
+
+
+# what a run must print besides figures
+PRINTS: dict[str, list[str]] = {
+    "bench-peers": ["CPU µs per sample by stage", "| decoding into rows |"],
 }
 
 
@@ -211,3 +226,5 @@ def test_the_benchmark_runs_at_its_smallest_size(target: str, tmp_path: Path) ->
     assert run.returncode == 0, output[-4000:]
     # every benchmark prints its figures on standard output
     assert re.search(r"\d", run.stdout), output[-4000:]
+    for text in PRINTS.get(target, []):
+        assert text in run.stdout, output[-4000:]
