@@ -108,13 +108,15 @@ def compact_table(
     until_us: int | None = None,
 ) -> CompactResult:
     """Compact one table; safe to run while the server flushes into it."""
-    target_bytes = int(config.compact_target_file_bytes)
-    target = WriteTarget(table.place, table.spec, target_bytes, table.bucket_s)
+    target = WriteTarget.for_table(table, config)
     planned: dict[str, int] = {}
 
     def attempt(snapshot: TableSnapshot) -> Commit | None:
         groups = compaction_groups(
-            snapshot.files, target_file_bytes=target_bytes, since_us=since_us, until_us=until_us
+            snapshot.files,
+            target_file_bytes=target.target_file_bytes,
+            since_us=since_us,
+            until_us=until_us,
         )
         if not groups:
             return None
