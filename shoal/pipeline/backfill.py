@@ -96,7 +96,7 @@ def backfill(
     inputs = [p if "://" in p else location.input(p)[1] for p in map(str, paths)]
     _check_schemas(table, inputs)
     spec = table.spec
-    target = WriteTarget(table.place, spec, int(config.compact_target_file_bytes), table.bucket_s)
+    target = WriteTarget.for_table(table, config)
     sc = spark.sparkContext
 
     def attempt(snapshot: TableSnapshot) -> Commit | None:

@@ -108,21 +108,22 @@ def compact_table(
     until_us: int | None = None,
 ) -> CompactResult:
     """Compact one table; safe to run while the server flushes into it."""
-    target_bytes = int(config.compact_target_file_bytes)
-    target = WriteTarget(table.place, table.spec, target_bytes, table.bucket_s)
+    target = WriteTarget.for_table(table, config)
     planned: dict[str, int] = {}
 
     def attempt(snapshot: TableSnapshot) -> Commit | None:
         groups = compaction_groups(
-            snapshot.files, target_file_bytes=target_bytes, since_us=since_us, until_us=until_us
+            snapshot.files,
+            target_file_bytes=target.target_file_bytes,
+            since_us=since_us,
+            until_us=until_us,
         )
         if not groups:
             return None
         inputs = [f for g in groups for f in g.files]
         logger.info(
-            "compacting %s/%s: %d hours, %d files, %d rows",
-            table.tenant,
-            table.name,
+            "compacting %s: %d hours, %d files, %d rows",
+            table.label,
             len(groups),
             len(inputs),
             sum(f.rows for f in inputs),
@@ -132,7 +133,7 @@ def compact_table(
         if rows_in != rows_out:
             table.files.discard(w.new_file() for w in written)
             raise MaintenanceError(
-                f"compact {table.tenant}/{table.name}: read {rows_in} rows but wrote "
+                f"compact {table.label}: read {rows_in} rows but wrote "
                 f"{rows_out}; nothing was committed"
             )
         planned.update(hours=len({g.hour for g in groups}), rows=rows_out)
@@ -145,7 +146,7 @@ def compact_table(
 
     result = run_with_retries("compact", table, attempt, int(config.maintenance_commit_attempts))
     return CompactResult(
-        table=f"{table.tenant}/{table.name}",
+        table=table.label,
         version=None if result is None else result.version,
         hours=planned.get("hours", 0) if result else 0,
         files_removed=0 if result is None else result.files_removed,

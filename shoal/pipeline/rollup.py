@@ -130,12 +130,7 @@ def rollup_table(
     """Recompute the derived table's hours touched since its recorded progress."""
     current = source.snapshot()
     stats: dict[str, int] = {"hours": 0, "rows": 0}
-    target = WriteTarget(
-        derived.place,
-        derived.spec,
-        int(config.compact_target_file_bytes),
-        derived.bucket_s,
-    )
+    target = WriteTarget.for_table(derived, config)
 
     def attempt(snapshot: TableSnapshot) -> Commit | None:
         progress = derived.committed_lsn(ROLLUP_APP_ID)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +33,10 @@ from shoal.storage import layout, logindex
 from shoal.storage.commit import NewFile, PreparedFile
 from shoal.storage.files import TableFiles, conform
 from shoal.storage.place import Place
+
+if TYPE_CHECKING:
+    from shoal.config import Config
+    from shoal.storage.table import Table
 
 HOUR_COLUMN = "_shoal_hour"
 """Column the jobs add to rows to partition and sort them by hour; not written."""
@@ -65,6 +70,12 @@ class WriteTarget:
     target_file_bytes: int
     coverage_bucket_s: int | None = None
     """When set, each file's coverage bitmaps are written beside it, as storage does."""
+
+    @classmethod
+    def for_table(cls, table: Table, config: Config) -> WriteTarget:
+        """How a job writes ``table``'s files: ``compact_target_file_bytes`` each, with
+        their coverage."""
+        return cls(table.place, table.spec, int(config.compact_target_file_bytes), table.bucket_s)
 
 
 @dataclasses.dataclass(frozen=True)

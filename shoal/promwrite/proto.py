@@ -1,4 +1,4 @@
-"""The Prometheus remote-write messages, described in code.
+"""The Prometheus remote-write and remote-read messages, described in code.
 
 Remote-Write 1.0's ``prometheus.WriteRequest`` and 2.0's ``io.prometheus.write.v2.Request``
 carry labels, float samples, exemplars and metadata; their descriptors are written here
@@ -6,7 +6,9 @@ carry labels, float samples, exemplars and metadata; their descriptors are writt
 body straight into Arrow. Native histograms (field ``histograms`` of either version) are
 described as undecoded bytes there (ptars builds every array a descriptor names, present
 or not), and decoded on their own, by :data:`HISTOGRAM_FILE`, only in a request that
-holds any (shoal/promwrite/histograms.py).
+holds any (shoal/promwrite/histograms.py). Remote read's messages are in 1.0's file, as
+in ``prompb``, beside the series, labels and samples they share; protobuf itself decodes
+them (:mod:`shoal.promwrite.remote_read`).
 """
 
 from __future__ import annotations
@@ -37,8 +39,44 @@ V1_FILE = file_descriptor(
       string help = 4;
       string unit = 5;
     }
+    message ReadRequest {
+      repeated Query queries = 1;
+      repeated int32 accepted_response_types = 2;
+    }
+    message Query {
+      int64 start_timestamp_ms = 1;
+      int64 end_timestamp_ms = 2;
+      repeated LabelMatcher matchers = 3;
+      ReadHints hints = 4;
+    }
+    message LabelMatcher { int32 type = 1; string name = 2; string value = 3; }
+    message ReadHints {
+      int64 step_ms = 1;
+      string func = 2;
+      int64 start_ms = 3;
+      int64 end_ms = 4;
+      repeated string grouping = 5;
+      bool by = 6;
+      int64 range_ms = 7;
+    }
+    message ReadResponse { repeated QueryResult results = 1; }
+    message QueryResult { repeated TimeSeries timeseries = 1; }
+    message ChunkedReadResponse {
+      repeated ChunkedSeries chunked_series = 1;
+      int64 query_index = 2;
+    }
+    message ChunkedSeries { repeated Label labels = 1; repeated Chunk chunks = 2; }
+    message Chunk {
+      int64 min_time_ms = 1;
+      int64 max_time_ms = 2;
+      int32 type = 3;
+      bytes data = 4;
+    }
     """,
 )
+"""Prometheus' ``prompb`` (types.proto, remote.proto): remote write 1.0's messages, and
+remote read's (:mod:`shoal.promwrite.remote_read`), which share its ``TimeSeries``,
+``Label`` and ``Sample``; enums as ``int32`` (the same varints on the wire)."""
 
 V2_FILE = file_descriptor(
     "io.prometheus.write.v2",

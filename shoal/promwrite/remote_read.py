@@ -15,9 +15,9 @@ response types the client accepts in order of preference:
   about :data:`MAX_FRAME_BYTES`), its samples as XOR chunks (:mod:`xorchunk`), and the
   index of the query it answers.
 
-The request is decoded with protobuf's own parser from the descriptors below (field
-numbers as Prometheus' ``prompb`` defines them); responses are written by hand, samples
-column-wise with NumPy.
+The request is decoded with protobuf's own parser from ``prompb``'s descriptors, the
+ones remote write 1.0 is decoded with (:data:`shoal.promwrite.proto.V1_FILE`); responses
+are written by hand, samples column-wise with NumPy.
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ from google.protobuf import descriptor_pool, message, message_factory
 
 from shoal.errors import DecodeError
 from shoal.promwrite import xorchunk
-from shoal.promwrite.proto import varint
-from shoal.rows.protoarrow import file_descriptor
+from shoal.promwrite.proto import V1_FILE, varint
 
 SAMPLES = 0
 STREAMED_XOR_CHUNKS = 1
@@ -53,58 +52,14 @@ MATCH_TYPES = {0: "=", 1: "!=", 2: "=~", 3: "!~"}
 CHUNK_XOR = 1
 """``Chunk.Encoding.XOR``."""
 
-READ_FILE = file_descriptor(
-    "prometheus.read",
-    """
-    message ReadRequest {
-      repeated Query queries = 1;
-      repeated int32 accepted_response_types = 2;
-    }
-    message Query {
-      int64 start_timestamp_ms = 1;
-      int64 end_timestamp_ms = 2;
-      repeated LabelMatcher matchers = 3;
-      ReadHints hints = 4;
-    }
-    message LabelMatcher { int32 type = 1; string name = 2; string value = 3; }
-    message ReadHints {
-      int64 step_ms = 1;
-      string func = 2;
-      int64 start_ms = 3;
-      int64 end_ms = 4;
-      repeated string grouping = 5;
-      bool by = 6;
-      int64 range_ms = 7;
-    }
-    message ReadResponse { repeated QueryResult results = 1; }
-    message QueryResult { repeated TimeSeries timeseries = 1; }
-    message TimeSeries { repeated Label labels = 1; repeated Sample samples = 2; }
-    message Label { string name = 1; string value = 2; }
-    message Sample { double value = 1; int64 timestamp = 2; }
-    message ChunkedReadResponse {
-      repeated ChunkedSeries chunked_series = 1;
-      int64 query_index = 2;
-    }
-    message ChunkedSeries { repeated Label labels = 1; repeated Chunk chunks = 2; }
-    message Chunk {
-      int64 min_time_ms = 1;
-      int64 max_time_ms = 2;
-      int32 type = 3;
-      bytes data = 4;
-    }
-    """,
-)
-"""The remote-read messages of ``prompb`` (remote.proto, types.proto); enums as ``int32``
-(the same varints on the wire). The response messages are here for readers of what
-this module writes (the tests)."""
-
 _POOL = descriptor_pool.DescriptorPool()
-_POOL.Add(READ_FILE)
+_POOL.Add(V1_FILE)
 
 
 def message_class(name: str) -> Any:
-    """The protobuf class of a message of :data:`READ_FILE` (``"ReadRequest"``, ...)."""
-    return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"prometheus.read.{name}"))
+    """The protobuf class of a message of ``prompb`` (``"ReadRequest"``, ...); the
+    response messages are there for readers of what this module writes (the tests)."""
+    return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"prometheus.{name}"))
 
 
 _READ_REQUEST = message_class("ReadRequest")

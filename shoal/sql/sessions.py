@@ -367,19 +367,6 @@ def files_within(files: Sequence[ScanFile], bounds: Bounds) -> list[ScanFile]:
     ]
 
 
-def build_session(
-    view: TenantView,
-    cache: ParquetViewCache,
-    memory_bytes: int,
-    coalescer: BatchCoalescer | None = None,
-    only: Iterable[str] | None = None,
-) -> SessionContext:
-    """A fresh session holding the tenant's tables (see :func:`register_tables`), no others."""
-    ctx = new_session(memory_bytes)
-    register_tables(ctx, view, cache, coalescer, only)
-    return ctx
-
-
 class TenantSession:
     """A session lent to one query at a time; its tables are replaced for each query.
 

@@ -75,6 +75,7 @@ class DeltaLog:
         self.place = place
         self.spec = spec
         self.label = f"{tenant}/{spec.name}"
+        """How logs and errors name the table (its :class:`~shoal.storage.table.Table` too)."""
         self.checkpoint_interval = options.checkpoint_interval
         self._metrics = options.metrics
         self._lock = threading.RLock()

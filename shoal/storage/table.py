@@ -69,11 +69,11 @@ class Table:
         self.place = place
         self.spec = spec
         self.bucket_s = bucket_s
-        self.label = f"{tenant}/{spec.name}"
+        self.log = DeltaLog(tenant, place, spec, options)
+        self.label = self.log.label
         self._metrics = options.metrics
         self._background = options.background
         """A long-lived process (the server): work that serves later reads runs in threads."""
-        self.log = DeltaLog(tenant, place, spec, options)
         self.files = TableFiles(place, spec, bucket_s, self.label)
         self._coverage = CoverageIndex(self.files)
         self._series = (

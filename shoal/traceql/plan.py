@@ -19,6 +19,11 @@ _NEEDS_QUOTES = re.compile(r'[\s{}()=!<>~&|,"\\]')
 """Characters an attribute name can hold only quoted."""
 
 
+def _quoted(text: str) -> str:
+    """``text`` as a TraceQL string: in double quotes, ``\\`` and ``"`` escaped."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 @dataclasses.dataclass(frozen=True)
 class Attribute:
     """``span.x``, ``resource.x``, ``event.x``, ``link.x``, ``instrumentation.x``, or
@@ -30,7 +35,7 @@ class Attribute:
     def text(self) -> str:
         name = self.name
         if not name or _NEEDS_QUOTES.search(name):
-            name = '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            name = _quoted(name)
         return f"{self.scope or ''}.{name}"
 
 
@@ -54,7 +59,7 @@ class Literal:
 
     def text(self) -> str:
         if self.kind == "string":
-            return '"' + str(self.value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+            return _quoted(str(self.value))
         if self.kind == "bool":
             return "true" if self.value else "false"
         return "nil" if self.kind == "nil" else str(self.value)

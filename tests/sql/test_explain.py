@@ -16,7 +16,7 @@ def _iso(us: int) -> str:
 
 def _plan_text(harness: Harness, sql: str, analyze: bool = False) -> str:
     view = collect_view(harness.store, harness.unflushed, "t")
-    ctx = sessions.build_session(view, sessions.ParquetViewCache(), 64 << 20)
+    ctx = sessions.TenantSession("t", 64 << 20).load(view, sessions.ParquetViewCache())
     prefix = "EXPLAIN ANALYZE " if analyze else "EXPLAIN "
     batches = ctx.sql_with_options(prefix + sql, sessions.sql_options()).collect()
     return "\n".join(str(v) for b in batches for v in b.column(b.num_columns - 1).to_pylist())
