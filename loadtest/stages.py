@@ -131,4 +131,3 @@ def table(runs: list[dict[str, float]]) -> str:
         lines.append(f"| {stage} | {value:.2f} | {value / total:.0%} |")
     lines.append(f"| total | {total:.2f} | |")
     return "\n".join(lines)
-
