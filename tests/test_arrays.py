@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shoal import arrays
 from shoal.arrays import unique
 from shoal.rows.columns import distinct
 
@@ -55,3 +59,41 @@ def test_distinct_of_integers(values: list[int]) -> None:
     codes, first = distinct(pa.array(values, pa.int64()))
     assert [values[i] for i in first] == list(dict.fromkeys(values))
     assert [values[first[c]] for c in codes] == values
+
+
+@pytest.mark.parametrize("path", ["binary search", "buckets or sorted needles"])
+@given(
+    keys=st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=300),
+    spread=st.booleans(),
+    picks=st.lists(st.integers(0, 10**6), max_size=400),
+    strangers=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50),
+)
+def test_find_gives_the_first_equal_key_or_tells_there_is_none(
+    path: str, keys: list[int], spread: bool, picks: list[int], strangers: list[int]
+) -> None:
+    """Keys spread like hashes (buckets), or crowded into a narrow range (the fallback
+    that sorts the needles), with repeats; needles among them and not."""
+    if not spread:
+        keys = [k % 50 for k in keys]  # every key in one bucket: too crowded for the table
+    ordered = np.sort(np.array(keys, dtype=np.int64))
+    needles = np.array([ordered[p % len(ordered)] for p in picks] + strangers, dtype=np.int64)
+    few = 1 << 30 if path == "binary search" else 0
+    with mock.patch.object(arrays, "_FEW", few):
+        found = arrays.find(ordered, needles)
+    assert found.shape == needles.shape
+    assert ((found >= 0) & (found < len(ordered))).all()
+    present = np.isin(needles, ordered)
+    assert ((ordered[found] == needles) == present).all()
+    first = np.searchsorted(ordered, needles)  # the leftmost of equal keys
+    assert (found[present] == first[present]).all()
+
+
+def test_a_million_hashes_are_found_through_the_buckets() -> None:
+    rng = np.random.default_rng(7)
+    keys = np.unique(rng.integers(-(2**63), 2**63 - 1, 1_000_000, dtype=np.int64))
+    needles = np.concatenate([keys[rng.integers(0, len(keys), 600_000)], keys[:3] + 1])
+    by_buckets = arrays._find_by_buckets(keys, needles)
+    assert by_buckets is not None  # spread as hashes are: no bucket too crowded
+    np.testing.assert_array_equal(by_buckets, arrays.find(keys, needles))
+    assert (keys[by_buckets[:-3]] == needles[:-3]).all()
+    assert not (keys[by_buckets[-3:]] == needles[-3:]).any()

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from shoal import arrays
 from shoal.schema import TableSpec
 
 FIRST = "first_ns"
@@ -194,7 +195,7 @@ def later_only(base: pa.Table, extra: pa.Table, key: str) -> pa.Table | None:
     several; ``base`` not empty) only moves the last times of series ``base`` has, read
     from the keys and times alone; None where it brings a series or an earlier row."""
     base_keys, extra_keys = ints(base, key), ints(extra, key)
-    pos = np.searchsorted(base_keys, extra_keys).clip(max=len(base_keys) - 1)
+    pos = arrays.find(base_keys, extra_keys)
     known = bool((base_keys[pos] == extra_keys).all())
     if not known or bool((ints(extra, FIRST) < ints(base, FIRST)[pos]).any()):
         return None

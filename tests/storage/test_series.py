@@ -11,6 +11,7 @@ import logging
 import os
 import random
 from pathlib import Path
+from unittest import mock
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shoal import arrays
 from shoal.schema import METRICS
 from shoal.storage import layout, series_rows
 from shoal.storage import series as series_mod
@@ -351,13 +353,15 @@ def test_warm_reads_every_tenants_index_so_no_query_waits_for_it(
     new_rows=st.integers(1, 60),
     spread=st.sampled_from([0, HOUR_US // 4, HOUR_US]),
     held=st.booleans(),
+    by_search=st.booleans(),
 )
 def test_summarizing_rows_onto_the_index_equals_merging_their_summary(
-    seed: int, known: int, new_rows: int, spread: int, held: bool
+    seed: int, known: int, new_rows: int, spread: int, held: bool, by_search: bool
 ) -> None:
     """Rows of series the index has, later than their first time (only last times move),
     and rows that bring a new series or an earlier row of a known one (their labels come
-    in): the same index either way, as the index holds it or plain."""
+    in): the same index either way, as the index holds it or plain, and with the rows'
+    keys found by a binary search each or as many rows' keys are (``arrays.find``)."""
     rng = random.Random(seed)
     spec, schema = METRICS, series_rows.index_schema(METRICS)
     base = series_rows.summarize(_rows(rng, 80, BASE_US, HOUR_US, known), spec, schema)
@@ -366,7 +370,8 @@ def test_summarizing_rows_onto_the_index_equals_merging_their_summary(
     # from a little before the base's rows (an earlier row, sometimes) to well after it
     rows = _rows(rng, new_rows, BASE_US + HOUR_US - spread, HOUR_US, known + rng.randrange(3))
     expected = series_rows.overlay(base, series_rows.summarize(rows, spec, schema), "series_id")
-    found = series_rows.summarize_onto(base, rows, spec, schema)
+    with mock.patch.object(arrays, "_FEW", 1 << 30 if by_search else 0):
+        found = series_rows.summarize_onto(base, rows, spec, schema)
     assert found.to_pylist() == expected.to_pylist()
     assert found.schema == expected.schema
 
@@ -402,3 +407,21 @@ def test_summaries_merged_together_or_one_by_one_make_the_same_index(
     everything = pa.concat_tables([base.cast(schema), *parts])
     expected = series_rows.reduce(everything, "series_id")
     assert series_rows.hold(found).to_pylist() == series_rows.hold(expected).to_pylist()
+
+
+@pytest.mark.parametrize("by_search", [False, True])
+def test_an_earlier_row_among_keys_out_of_order_is_told(by_search: bool) -> None:
+    """Each key found keeps its own first and last times, however the keys are found:
+    series 2 has a row before its first time (the index must take its labels, so no
+    quick merge), series 1 only moves on."""
+    first, last = series_rows.FIRST, series_rows.LAST
+    base = pa.table({"series_id": [1, 2], first: [10, 100], last: [20, 110]})
+    limit = 1 << 30 if by_search else 0
+    with mock.patch.object(arrays, "_FEW", limit):
+        earlier = pa.table({"series_id": [2, 1], first: [50, 150], last: [50, 150]})
+        assert series_rows.later_only(base, earlier, "series_id") is None
+        later = pa.table({"series_id": [2, 1, 2], first: [300, 150, 120], last: [300, 150, 120]})
+        moved = series_rows.later_only(base, later, "series_id")
+    assert moved is not None
+    assert moved.column(last).to_pylist() == [150, 300]
+    assert moved.column(first).to_pylist() == [10, 100]
