@@ -75,7 +75,7 @@ def _find_by_buckets(
     np.cumsum(counts, out=starts[1:])
     slots = bucket(needles)
     # most needles are the first key of their bucket: read that one for all of them
-    found = np.minimum(starts[slots], len(keys) - 1)
+    found: np.ndarray[Any, Any] = np.minimum(starts[slots], len(keys) - 1)
     active = np.flatnonzero(keys[found] != needles)
     at = found[active] + 1
     ends = starts[slots[active] + 1]
