@@ -144,7 +144,7 @@ def summarize_onto(
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
     key = spec.series_columns[0]
     if base.num_rows and table.num_rows:
-        time = table.column(spec.index_time_column)
+        time = table.column(spec.index_time_column).combine_chunks()  # once, for both
         seen = pa.table({key: table.column(key), FIRST: time, LAST: time})
         moved = later_only(base, seen, key)
         if moved is not None:
